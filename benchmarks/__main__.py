@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.cli import main
+
+sys.exit(main())

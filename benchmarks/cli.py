@@ -1,0 +1,163 @@
+"""`python -m benchmarks sweep|search|ablation ...`: writes record.json and PNG plots, prints one summary line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmarks.ablation import ABLATION_MODES, DEFAULT_MODES, AblationConfig, run_ablation
+from benchmarks.capacity_search import SearchConfig, run_search
+from benchmarks.client import PROFILES, make_profile
+from benchmarks.metrics import SloSpec
+from benchmarks.modes import make_switcher
+from benchmarks.record import build_record
+from benchmarks.report import one_line, result_body, write_outputs
+from benchmarks.sweep import LoadConfig, SweepConfig, run_sweep
+from benchmarks.workload import FRAMES_PER_WORD
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _add_load_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server and requests")
+    g.add_argument("--base-url", default="http://127.0.0.1:8000")
+    g.add_argument("--profile", choices=sorted(PROFILES), default="ours", help="which request fields to send")
+    g.add_argument("--server-name", help="label in the record and plots (default: the profile)")
+    g.add_argument("--model")
+    g.add_argument("--voice")
+    g.add_argument("--response-format", choices=("pcm", "wav"))
+    g.add_argument("--sample-rate", type=int, help="PCM sample rate (WAV headers override it)")
+    g.add_argument("--task-type")
+    g.add_argument("--language")
+    g.add_argument("--instructions")
+    g.add_argument("--extra-json", help="JSON object merged into every request last")
+    g = p.add_argument_group("workload and load")
+    g.add_argument("--workload", help="TSV (utt_id<TAB>text) or one text per line; default LibriTTS test-clean")
+    g.add_argument("--fixed-length", action="store_true", help="random-weight models: length from word count")
+    g.add_argument("--frames-per-word", type=float, default=FRAMES_PER_WORD)
+    g.add_argument("--seeds", type=_ints, default=(0,), help="comma-separated arrival/text-order seeds")
+    g.add_argument("--window-s", type=float, help="arrival window per rate and seed (sweep 60, search 20)")
+    g.add_argument("--request-timeout-s", type=float, default=900.0)
+    g.add_argument("--warmup", type=int, default=64, help="size of the discarded concurrent warm-up burst")
+    g.add_argument("--slo-ms", type=float, default=200.0, help="TTFA target")
+    g.add_argument("--stall-ms", type=float, default=10.0, help="total playback pause that counts as a stall")
+    g.add_argument("--stop-fraction", type=float, default=0.5,
+                   help="stop after a rate where fewer than this fraction get audio within 1 s")
+    g.add_argument("--time-budget-s", type=float, help="start no rate that would end after this many seconds")
+    g.add_argument("--out", help="output directory (default bench-results/<command>-<UTC time>)")
+    g.add_argument("--no-progress", action="store_true")
+
+
+def _add_sweep_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sweep")
+    g.add_argument("--rates", type=_floats, default=(), help="explicit comma-separated rates (req/s)")
+    g.add_argument("--start-rate", type=float, default=2.0)
+    g.add_argument("--rate-step", type=float, default=2.0)
+    g.add_argument("--max-rate", type=float, default=200.0)
+
+
+def _add_search_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    g = p.add_argument_group("capacity search")
+    g.add_argument(f"--{prefix}start-rate", dest="search_start_rate", type=float, default=8.0)
+    g.add_argument("--resolution", type=float, default=2.0)
+    g.add_argument(f"--{prefix}max-rate", dest="search_max_rate", type=float, default=256.0)
+    g.add_argument("--thresholds", type=_floats, default=(0.99, 0.90))
+    g.add_argument("--allow-short-window", action="store_true", help="tests only: windows under 20 s")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sweep = sub.add_parser("sweep", help="every rate in steps until overload")
+    _add_load_args(sweep)
+    _add_sweep_args(sweep)
+    search = sub.add_parser("search", help="bracket-and-bisect SLO capacity with shorter windows")
+    _add_load_args(search)
+    _add_search_args(search)
+    ablation = sub.add_parser("ablation", help="our server's modes side by side",
+                              epilog="modes: " + "; ".join(f"{k}: {v}" for k, v in ABLATION_MODES.items()))
+    _add_load_args(ablation)
+    _add_sweep_args(ablation)
+    _add_search_args(ablation, prefix="search-")
+    ablation.add_argument("--modes", type=lambda s: tuple(m for m in s.split(",") if m), default=DEFAULT_MODES)
+    ablation.add_argument("--strategy", choices=("sweep", "search"), default="search")
+    ablation.add_argument("--restart-command", help="shell line with {mode}, used if the server cannot switch "
+                                                    "modes over HTTP")
+    ablation.add_argument("--ready-path", default="/health")
+    return parser
+
+
+def _load_config(args, default_window_s: float) -> LoadConfig:
+    profile = make_profile(args.profile, args.extra_json, model=args.model, voice=args.voice,
+                           response_format=args.response_format, sample_rate=args.sample_rate,
+                           task_type=args.task_type, language=args.language, instructions=args.instructions)
+    return LoadConfig(base_url=args.base_url, profile=profile, workload_path=args.workload,
+                      fixed_length=args.fixed_length, frames_per_word=args.frames_per_word, seeds=args.seeds,
+                      window_s=args.window_s or default_window_s, request_timeout_s=args.request_timeout_s,
+                      warmup_requests=args.warmup, slo=SloSpec(args.slo_ms / 1000, args.stall_ms / 1000),
+                      stop_fraction=args.stop_fraction, time_budget_s=args.time_budget_s,
+                      progress=not args.no_progress)
+
+
+def _sweep_config(args, load: LoadConfig) -> SweepConfig:
+    return SweepConfig(load=load, rates=args.rates, start_rate=args.start_rate, rate_step=args.rate_step,
+                       max_rate=args.max_rate)
+
+
+def _search_config(args, load: LoadConfig) -> SearchConfig:
+    return SearchConfig(load=load, start_rate=args.search_start_rate, resolution=args.resolution,
+                        max_rate=args.search_max_rate, thresholds=args.thresholds,
+                        allow_short_window=args.allow_short_window)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    strategy = args.strategy if args.command == "ablation" else args.command
+    load = _load_config(args, 60.0 if strategy == "sweep" else 20.0)
+    label = args.server_name or args.profile
+    out = Path(args.out or f"bench-results/{args.command}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "benchmarks", *(argv if argv is not None else sys.argv[1:])]
+    sweep = _sweep_config(args, load) if strategy == "sweep" else None
+    search = _search_config(args, load) if strategy == "search" else None
+    extra: dict = {}
+
+    if args.command == "ablation":
+        config = AblationConfig(modes=args.modes, sweep=sweep, search=search)
+    else:
+        config = sweep or search
+
+    def record_of(results: dict) -> dict:
+        if args.command == "ablation":
+            body = {**extra, "modes": {mode: result_body(r) for mode, r in results.items()}}
+        else:
+            body = result_body(results[label])
+        record = build_record(args.command, label, args.model, config, body, command)
+        record["summary"] = [one_line(name, r, load.slo, load.seeds) for name, r in results.items()]
+        return record
+
+    def save_partial(results: dict) -> None:  # after every rate, so a killed run keeps what it measured
+        write_outputs(record_of(results), results, out, load.slo, plots=False)
+
+    if args.command == "ablation":
+        switcher = make_switcher(args.base_url, args.restart_command, args.ready_path, log_dir=str(out))
+        extra["switcher"] = type(switcher).__name__
+        results, extra["mode_switch_s"] = run_ablation(config, switcher, on_update=save_partial)
+    elif sweep is not None:
+        results = {label: run_sweep(sweep, on_update=lambda r: save_partial({label: r}))}
+    else:
+        results = {label: run_search(search, on_update=lambda r: save_partial({label: r}))}
+    record = record_of(results)
+    json_path, pngs = write_outputs(record, results, out, load.slo)
+    print(f"wrote {json_path} and {len(pngs)} plots in {out}", file=sys.stderr)
+    for line in record["summary"]:
+        print(line)
+    return 0

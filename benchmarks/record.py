@@ -1,0 +1,91 @@
+"""The JSON record of a benchmark: what ran, where, against what, and every request's timeline."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from benchmarks.metrics import RateSummary
+
+RECORD_VERSION = 1
+
+
+def git_commit(repo_dir: str | Path | None = None) -> str | None:
+    """HEAD's commit, with "+dirty" when the work tree has uncommitted changes; None outside git."""
+    cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_names() -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def machine_info() -> dict[str, Any]:
+    return {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
+            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "gpus": _gpu_names()}
+
+
+def summary_json(summary: RateSummary) -> dict[str, Any]:
+    return dataclasses.asdict(summary)
+
+
+def config_json(config: Any) -> Any:
+    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config
+
+
+def build_record(kind: str, server: str, model: str | None, config: Any, body: dict[str, Any],
+                 command: list[str] | None = None) -> dict[str, Any]:
+    """`body` holds the kind-specific results (runs, summaries, capacities, ...)."""
+    return {
+        "record_version": RECORD_VERSION,
+        "kind": kind,
+        "server": server,
+        "model": model,
+        "command": shlex.join(command if command is not None else sys.argv),
+        "commit": git_commit(),
+        "machine": machine_info(),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": config_json(config),
+        **body,
+    }
+
+
+def write_record(record: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".tmp")  # a run killed mid-write keeps the previous record
+    partial.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+    return path

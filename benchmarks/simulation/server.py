@@ -1,0 +1,181 @@
+"""A discrete-event model of one GPU serving Qwen3-TTS with three lanes, driven by the real policy (`Planner`).
+
+- LM lane: one step = the admitted prefills (whole GPU), then one decode step of the chosen requests (LM partition).
+  A prefill yields the request's first frame; each decode step one more frame per request.
+- Urgent lane: whole GPU at high priority; its batches also slow the LM step in flight by `urgent_interference` of
+  their duration (assumed; the paper only says the urgent lane runs "beside" the others).
+- Background lane: the codec partition beside the backbone.
+Costs come from a `CostSeed` (the paper's, `paper_h100_seed`) with optional multiplicative jitter; the planner sees
+only the measured durations, through `StepReport` cost samples, as on a real server.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from benchmarks.simulation.slo import RequestOutcome
+from benchmarks.simulation.workload import SimRequest
+from vllm_voxserve.scheduler.costs import CostModel, CostSeed, paper_h100_seed
+from vllm_voxserve.scheduler.planner import Planner
+from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+from vllm_voxserve.scheduler.report import CostSample, LaneBacklog, StepReport
+from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
+from vllm_voxserve.scheduler.urgency import ReadyChunk
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    seed: CostSeed = field(default_factory=paper_h100_seed)
+    jitter: float = 0.05  # sd of log(actual / seed) per execution
+    urgent_interference: float = 0.5
+
+
+@dataclass(order=True, slots=True)
+class _Event:
+    time: float
+    order: int
+    kind: str = field(compare=False)
+    payload: object = field(compare=False, default=None)
+
+
+class SimulatedServer:
+    def __init__(self, cfg: SchedulerPolicyConfig, gpu: GpuModel | None = None, seed: int = 0) -> None:
+        self.cfg = cfg
+        self.gpu = gpu or GpuModel()
+        self.rng = random.Random(seed)
+        self.planner = Planner(cfg, CostModel(self.gpu.seed))
+        self.schedule = schedule_of(cfg)
+        self.events: list[_Event] = []
+        self.counter = 0
+        self.waiting: list[WaitingRequest] = []
+        self.streams: dict[str, StreamState] = {}
+        self.true_frames: dict[str, int] = {}
+        self.outcomes: dict[str, RequestOutcome] = {}
+        self.lanes = LaneBacklog()
+        self.lm_busy = False
+        self.lm_debt_s = 0.0
+        self.prefill_deferrals = 0
+        self.pending_wake: float | None = None
+        self.samples: list[CostSample] = []
+
+    # -- event plumbing ------------------------------------------------------------------------------------------
+    def _push(self, time: float, kind: str, payload: object = None) -> None:
+        self.counter += 1
+        heapq.heappush(self.events, _Event(time, self.counter, kind, payload))
+
+    def _run_cost(self, kind: str, size: int) -> float:
+        seconds = getattr(self.gpu.seed, kind)(size) * math.exp(self.rng.gauss(0.0, self.gpu.jitter))
+        self.samples.append(CostSample(kind, size, seconds))
+        return seconds
+
+    def run(self, requests: Sequence[SimRequest], horizon_s: float) -> list[RequestOutcome]:
+        for request in requests:
+            self.outcomes[request.request_id] = RequestOutcome(request.request_id, request.arrival_time)
+            self._push(request.arrival_time, "arrival", request)
+        while self.events and self.events[0].time <= horizon_s:
+            now = self.events[0].time
+            while self.events and self.events[0].time == now:
+                event = heapq.heappop(self.events)
+                getattr(self, f"_on_{event.kind}")(now, event.payload)
+            self._dispatch(now)
+        return [self.outcomes[r.request_id] for r in requests]
+
+    # -- events ----------------------------------------------------------------------------------------------------
+    def _on_arrival(self, now: float, request: SimRequest) -> None:
+        waiting = WaitingRequest(request.request_id, now, request.prompt_tokens, request.expected_frames)
+        self.true_frames[request.request_id] = request.frames
+        if self.planner.on_arrival(waiting, list(self.streams.values()), self.waiting) is not None:
+            self.outcomes[request.request_id].rejected = True
+            return
+        self.waiting.append(waiting)
+
+    def _on_wake(self, now: float, payload: object) -> None:
+        if self.pending_wake is not None and self.pending_wake <= now:
+            self.pending_wake = None
+
+    def _on_lm_done(self, now: float, step: tuple[list[str], list[str]]) -> None:
+        admitted, decoded = step
+        for request_id in admitted:
+            self._add_frame(request_id)
+        for request_id in decoded:
+            self._add_frame(request_id)
+        self.lm_busy = False
+
+    def _add_frame(self, request_id: str) -> None:
+        stream = self.streams[request_id]
+        stream.frames_generated += 1
+        stream.generation_done = stream.frames_generated >= self.true_frames[request_id]
+
+    def _on_urgent_done(self, now: float, batch: list[ReadyChunk]) -> None:
+        self.lanes.urgent_busy = False
+        self._deliver(now, batch)
+
+    def _on_background_done(self, now: float, batch: list[ReadyChunk]) -> None:
+        self.lanes.background_busy = False
+        self._deliver(now, batch)
+
+    def _deliver(self, now: float, batch: list[ReadyChunk]) -> None:
+        for chunk in batch:
+            stream = self.streams[chunk.request_id]
+            stream.chunk_in_flight = False
+            stream.chunks_delivered += 1
+            if stream.first_audio_time is None:
+                stream.first_audio_time = now
+            outcome = self.outcomes[chunk.request_id]
+            outcome.audio.append((now, chunk.frames * self.cfg.frame_duration_s))
+            if stream.generation_done and stream.chunks_delivered == self.schedule.num_chunks(stream.frames_generated):
+                outcome.completed = True
+                del self.streams[chunk.request_id]
+
+    # -- one scheduling round ----------------------------------------------------------------------------------------
+    def _dispatch(self, now: float) -> None:
+        self.planner.observe(StepReport(now, costs=self.samples))
+        self.samples = []
+        plan = self.planner.plan_step(now, list(self.streams.values()), self.waiting, self.lanes, not self.lm_busy)
+        rejected = {r.request_id for r in plan.reject}
+        for request_id in rejected:
+            self.outcomes[request_id].rejected = True
+        admitted = set(plan.admit)
+        for request in self.waiting:
+            if request.request_id in admitted:
+                self.streams[request.request_id] = StreamState.admitted(request)
+        self.waiting = [w for w in self.waiting if w.request_id not in admitted | rejected]
+        self.prefill_deferrals += plan.prefill_deferred
+        if plan.urgent:
+            self._launch_codec(now, plan.urgent, "urgent_codec", "urgent_done")
+            self.lanes.urgent_busy = True
+        if plan.background:
+            self._launch_codec(now, plan.background, "background_codec", "background_done")
+            self.lanes.background_busy = True
+        if not self.lm_busy:
+            self._launch_lm(now, plan.admit, plan.decode)
+        if plan.wake_at is not None:
+            at = max(plan.wake_at, now + 1e-6)
+            if self.pending_wake is None or at < self.pending_wake:
+                self.pending_wake = at
+                self._push(at, "wake")
+
+    def _launch_codec(self, now: float, batch: list[ReadyChunk], kind: str, done: str) -> None:
+        for chunk in batch:
+            self.streams[chunk.request_id].chunk_in_flight = True
+        seconds = self._run_cost(kind, len(batch))
+        if kind == "urgent_codec" and self.lm_busy:
+            self.lm_debt_s += self.gpu.urgent_interference * seconds
+        self._push(now + seconds, done, batch)
+
+    def _launch_lm(self, now: float, admit: list[str], decode: list[str]) -> None:
+        seconds = 0.0
+        if admit:
+            seconds += self._run_cost("prefill", sum(self.streams[r].prompt_tokens for r in admit))
+        if decode:
+            seconds += self._run_cost("decode", len(decode))
+        if seconds == 0.0:
+            return
+        seconds += self.lm_debt_s
+        self.lm_debt_s = 0.0
+        self.lm_busy = True
+        self._push(now + seconds, "lm_done", (list(admit), list(decode)))

@@ -1,0 +1,240 @@
+"""Open-loop rate sweep: Poisson arrivals on an absolute schedule, one arrival window per rate and seed."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import aiohttp
+
+from benchmarks.client import RequestRecord, ServerProfile, build_payload, stream_request
+from benchmarks.metrics import RateSummary, SloSpec, capacities, summarize_rate
+from benchmarks.workload import FRAMES_PER_WORD, TextOrder, frames_for_text, load_texts, plan_run, word_count
+
+AUDIO_WITHIN_S = 1.0  # the stop rule's first-audio bound
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConfig:
+    """What every run against a server shares: where, what to send, how long, how judged."""
+
+    base_url: str
+    profile: ServerProfile
+    workload_path: str | None = None  # None: LibriTTS test-clean
+    fixed_length: bool = False  # random-weight models: force each request's length from its word count
+    frames_per_word: float = FRAMES_PER_WORD
+    seeds: tuple[int, ...] = (0,)
+    window_s: float = 60.0
+    request_timeout_s: float = 900.0
+    warmup_requests: int = 64  # one discarded concurrent burst before the first rate
+    slo: SloSpec = field(default_factory=SloSpec)
+    stop_fraction: float = 0.5  # stop after a rate where fewer than this fraction get audio within 1 s
+    time_budget_s: float | None = None  # start no rate that would not end within this (from the client's start)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be http(s)://..., got {self.base_url!r}")
+        if not self.seeds:
+            raise ValueError("need at least one seed")
+        if self.window_s <= 0 or self.request_timeout_s <= 0:
+            raise ValueError("window_s and request_timeout_s must be > 0")
+        if self.warmup_requests < 0:
+            raise ValueError("warmup_requests must be >= 0")
+        if not 0 <= self.stop_fraction <= 1:
+            raise ValueError("stop_fraction must be in [0, 1]")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise ValueError("time_budget_s must be > 0")
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + self.profile.path
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    load: LoadConfig
+    rates: tuple[float, ...] = ()  # explicit rates; empty: start_rate, start_rate + rate_step, ... up to max_rate
+    start_rate: float = 2.0
+    rate_step: float = 2.0
+    max_rate: float = 200.0
+
+    def __post_init__(self) -> None:
+        if any(r <= 0 for r in self.rates) or list(self.rates) != sorted(set(self.rates)):
+            raise ValueError(f"rates must be positive and strictly increasing, got {self.rates}")
+        if self.start_rate <= 0 or self.rate_step <= 0 or self.max_rate < self.start_rate:
+            raise ValueError("need 0 < start_rate <= max_rate and rate_step > 0")
+
+    def rate_list(self) -> list[float]:
+        if self.rates:
+            return list(self.rates)
+        count = int((self.max_rate - self.start_rate) / self.rate_step + 1e-9) + 1
+        return [round(self.start_rate + i * self.rate_step, 6) for i in range(count)]
+
+
+@dataclass(slots=True)
+class Run:
+    """One arrival window at one rate with one seed."""
+
+    rate: float
+    seed: int
+    window_s: float
+    started_at: str
+    records: list[RequestRecord]
+    elapsed_s: float = 0.0  # window plus drain
+
+    def to_json(self) -> dict:
+        lags = [r.sent_s - r.scheduled_s for r in self.records if r.sent_s is not None]
+        return {"rate": self.rate, "seed": self.seed, "window_s": self.window_s, "started_at": self.started_at,
+                "elapsed_s": self.elapsed_s, "max_send_lag_s": max(lags, default=0.0),
+                "requests": [r.to_json() for r in self.records]}
+
+
+@dataclass(slots=True)
+class SweepResult:
+    runs: list[Run] = field(default_factory=list)
+    summaries: list[RateSummary] = field(default_factory=list)
+    stop_reason: str = ""
+
+    def capacities(self, thresholds=(0.90, 0.99)) -> dict[str, float]:
+        return capacities(self.summaries, thresholds)
+
+
+class LoadGenerator:
+    """Holds the HTTP session and each seed's text order across the rates of one sweep or search."""
+
+    def __init__(self, config: LoadConfig, session: aiohttp.ClientSession):
+        self.config = config
+        self.session = session
+        texts = load_texts(config.workload_path)
+        self.texts = texts
+        self.orders = {seed: TextOrder(texts, seed) for seed in config.seeds}
+        self.started = time.perf_counter()
+        self._longest_run_s = 0.0  # window plus drain, the longest seen so far
+
+    def fits_budget(self, window_s: float | None = None) -> bool:
+        """Whether one more rate (every seed's window plus drain, judged by the longest run so far) fits."""
+        if self.config.time_budget_s is None:
+            return True
+        per_run = max(window_s or self.config.window_s, self._longest_run_s)
+        needed = per_run * len(self.config.seeds)
+        return time.perf_counter() - self.started + needed <= self.config.time_budget_s
+
+    async def warm_up(self) -> None:
+        """A discarded burst of concurrent requests (graph warm-up, connection pool, allocator)."""
+        count = self.config.warmup_requests
+        if count == 0:
+            return
+        order = TextOrder(self.texts, "warmup")
+        origin = time.perf_counter()
+        texts = [order.next() for _ in range(count)]
+        records = [self._record(i, 0.0, text, self._frames(text)) for i, text in enumerate(texts)]
+        await asyncio.gather(*(self._send(r, origin, i) for i, r in enumerate(records)))
+        _log(f"warm-up: {sum(r.outcome == 'completed' for r in records)}/{count} completed", self.config.progress)
+
+    async def measure(self, rate: float, window_s: float | None = None) -> tuple[list[Run], RateSummary]:
+        """Every seed's window at `rate`, back to back; the summary pools them."""
+        window_s = window_s or self.config.window_s
+        runs = [await self._run_window(rate, seed, window_s) for seed in self.config.seeds]
+        self._longest_run_s = max([self._longest_run_s] + [run.elapsed_s for run in runs])
+        timelines = [r.timeline() for run in runs for r in run.records]
+        summary = summarize_rate(rate, window_s * len(runs), timelines, self.config.slo)
+        return runs, summary
+
+    async def _run_window(self, rate: float, seed: int, window_s: float) -> Run:
+        cfg = self.config
+        planned = plan_run(rate, window_s, seed, self.orders[seed], cfg.fixed_length, cfg.frames_per_word)
+        records = [self._record(p.index, p.offset_s, p.text, p.num_frames) for p in planned]
+        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        bar = _progress_bar(len(planned), f"{rate:g} req/s seed {seed}", cfg.progress)
+        origin = time.perf_counter() + 0.05  # a little lead so the first arrival is on time
+        tasks = []
+        for plan, record in zip(planned, records):
+            # Absolute schedule: a slow server never delays later arrivals.
+            delay = origin + plan.offset_s - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(self._send(record, origin, plan.seed))
+            if bar is not None:
+                task.add_done_callback(lambda _t: bar.update(1))
+            tasks.append(task)
+        await asyncio.gather(*tasks)
+        if bar is not None:
+            bar.close()
+        return Run(rate, seed, window_s, started_at, records, elapsed_s=time.perf_counter() - origin)
+
+    def _frames(self, text: str) -> int | None:
+        return frames_for_text(text, self.config.frames_per_word) if self.config.fixed_length else None
+
+    def _record(self, index: int, offset_s: float, text: str, num_frames: int | None) -> RequestRecord:
+        return RequestRecord(index=index, text=text, num_words=word_count(text), num_frames=num_frames,
+                             scheduled_s=offset_s)
+
+    async def _send(self, record: RequestRecord, origin: float, seed: int) -> RequestRecord:
+        payload = build_payload(self.config.profile, record.text, record.num_frames, seed)
+        return await stream_request(self.session, self.config.url, payload, self.config.profile, record, origin,
+                                    self.config.request_timeout_s)
+
+
+def open_session() -> aiohttp.ClientSession:
+    # No connection cap: an open-loop client must not queue requests on its own side.
+    connector = aiohttp.TCPConnector(limit=0)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+
+
+async def sweep_async(config: SweepConfig, warm_up: bool = True,
+                      on_update: Callable[[SweepResult], None] | None = None) -> SweepResult:
+    """Rates in order until one overloads the server. `on_update` sees the result after each rate (partial saves)."""
+    result = SweepResult()
+    async with open_session() as session:
+        generator = LoadGenerator(config.load, session)
+        if warm_up:
+            await generator.warm_up()
+        for rate in config.rate_list():
+            if not generator.fits_budget():
+                result.stop_reason = f"time budget of {config.load.time_budget_s:g} s reached before {rate:g} req/s"
+                break
+            runs, summary = await generator.measure(rate)
+            result.runs.extend(runs)
+            result.summaries.append(summary)
+            _log(format_rate_line(summary), config.load.progress)
+            if on_update is not None:
+                on_update(result)
+            if summary.audio_within_1s < config.load.stop_fraction:
+                result.stop_reason = (f"stopped after {rate:g} req/s: {summary.audio_within_1s:.0%} of requests got "
+                                      f"audio within {AUDIO_WITHIN_S:g} s")
+                break
+        else:
+            result.stop_reason = "all rates run"
+    return result
+
+
+def run_sweep(config: SweepConfig, warm_up: bool = True,
+              on_update: Callable[[SweepResult], None] | None = None) -> SweepResult:
+    return asyncio.run(sweep_async(config, warm_up, on_update))
+
+
+def format_rate_line(s: RateSummary) -> str:
+    p99 = f"{s.ttfa_p99_s * 1000:.0f} ms" if s.ttfa_p99_s is not None else "n/a"
+    return (f"{s.rate:g} req/s: attainment {s.attainment:.1%} ({s.num_met}/{s.num_requests}), p99 TTFA {p99}, "
+            f"goodput {s.goodput:.2f} req/s, rejected {s.num_rejected}, failed {s.num_failed}, "
+            f"stalled {s.num_stalled}")
+
+
+def _progress_bar(total: int, label: str, enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=label, unit="req", file=sys.stderr, leave=False)
+
+
+def _log(message: str, enabled: bool) -> None:
+    if enabled:
+        print(message, file=sys.stderr, flush=True)

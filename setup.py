@@ -1,0 +1,15 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="vllm-voxserve",
+    version="0.1.0",
+    description="Streaming text-to-speech serving for speech language models, as a vLLM plugin",
+    packages=find_packages(include=["vllm_voxserve", "vllm_voxserve.*"]),
+    python_requires=">=3.10",
+    install_requires=["numpy", "soundfile", "fastapi", "pyzmq"],
+    entry_points={
+        # Both entry points are named "voxserve" so that VLLM_PLUGINS=voxserve enables the whole plugin.
+        "vllm.general_plugins": ["voxserve = vllm_voxserve.plugin:register"],
+        "vllm.endpoint_plugins": ["voxserve = vllm_voxserve.entrypoints.speech_plugin:SpeechEndpointPlugin"],
+    },
+)

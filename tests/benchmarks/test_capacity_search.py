@@ -1,0 +1,58 @@
+import asyncio
+
+import pytest
+
+from benchmarks.capacity_search import SearchConfig, search_capacity
+from benchmarks.client import make_profile
+from benchmarks.sweep import LoadConfig
+
+
+def monotone(true_capacity):
+    """Attainment 1.0 up to true_capacity, then falling; records every probe."""
+    probes = []
+
+    async def evaluate(rate):
+        probes.append(rate)
+        return 1.0 if rate <= true_capacity else max(0.0, 1.0 - 0.1 * (rate - true_capacity))
+
+    return evaluate, probes
+
+
+def search(evaluate, threshold=0.9, start=8, resolution=2, max_rate=256, known=None):
+    return asyncio.run(search_capacity(evaluate, threshold, start, resolution, max_rate,
+                                       {} if known is None else known))
+
+
+@pytest.mark.parametrize("true_capacity", [2, 6, 8, 14, 30, 46, 100])
+def test_search_finds_the_grid_capacity(true_capacity):
+    evaluate, probes = monotone(true_capacity)
+    assert search(evaluate) == true_capacity
+    assert len(probes) <= 10 and len(set(probes)) == len(probes)
+
+
+def test_lowest_rate_already_misses():
+    evaluate, probes = monotone(0)
+    assert search(evaluate) == 0.0
+    assert probes == [8, 4, 2]
+
+
+def test_never_misses_up_to_max_rate():
+    evaluate, probes = monotone(1000)
+    assert search(evaluate, max_rate=100) == 100
+    assert probes == [8, 16, 32, 64, 100]
+
+
+def test_second_threshold_reuses_probes():
+    known = {}
+    evaluate, probes = monotone(20)  # attainment 0.9 at 21... on the 2-grid: 22 -> 0.8, 20 -> 1.0
+    assert search(evaluate, threshold=0.99, known=known) == 20
+    first = len(probes)
+    assert search(evaluate, threshold=0.90, known=known) == 20
+    assert len(probes) == first  # everything needed was already probed
+
+
+def test_search_windows_must_be_long_enough():
+    load = LoadConfig(base_url="http://127.0.0.1:1", profile=make_profile("ours"), window_s=10)
+    with pytest.raises(ValueError):
+        SearchConfig(load=load)
+    assert SearchConfig(load=load, allow_short_window=True).load.window_s == 10

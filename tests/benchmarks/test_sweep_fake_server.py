@@ -1,0 +1,128 @@
+"""Short sweeps, searches and an ablation against the in-process fake server (loopback only)."""
+
+import json
+
+import pytest
+
+from benchmarks.cli import main
+from benchmarks.client import make_profile
+from benchmarks.sweep import LoadConfig, SweepConfig, run_sweep
+from benchmarks.workload import poisson_arrivals
+from benchmarks.metrics import COMPLETED, FAILED, REJECTED
+from tests.benchmarks.fake_speech_server import FakeBehavior, FakeSpeechServer
+
+pytestmark = pytest.mark.slow
+TEXTS = ["the quick brown fox", "a short one", "REJECT this request", "please FAIL now", "a STALL in the middle"]
+PNGS = ("attainment.png", "ttfa_p99.png", "goodput.png")
+
+
+@pytest.fixture
+def workload(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(TEXTS) + "\n")
+    return str(path)
+
+
+def run_cli(capsys, *args):
+    assert main([*args, "--no-progress"]) == 0
+    return capsys.readouterr().out.strip().splitlines()
+
+
+def check_outputs(out_dir):
+    record = json.loads((out_dir / "record.json").read_text())
+    for png in PNGS:
+        data = (out_dir / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    return record
+
+
+def test_short_sweep_writes_record_and_plots(tmp_path, workload, capsys):
+    out = tmp_path / "sweep"
+    behavior = FakeBehavior(header_gap_s=0.08)
+    with FakeSpeechServer(behavior) as server:
+        lines = run_cli(capsys, "sweep", "--base-url", server.base_url, "--workload", workload, "--rates", "4,8",
+                        "--window-s", "3", "--warmup", "4", "--response-format", "wav", "--fixed-length",
+                        "--model", "tiny", "--out", str(out))
+    record = check_outputs(out)
+    assert len(lines) == 1 and lines[0].startswith("ours: SLO capacity") and lines[0] in record["summary"]
+    assert record["server"] == "ours" and record["model"] == "tiny" and "sweep" in record["command"]
+    assert "commit" in record and record["machine"]["hostname"] and record["machine"]["cpu"]
+    assert record["config"]["load"]["window_s"] == 3 and record["stop_reason"] == "all rates run"
+    assert [s["rate"] for s in record["summaries"]] == [4, 8]
+    # The warm-up burst was sent but is not in the record.
+    assert len(server.payloads) == 4 + sum(len(run["requests"]) for run in record["runs"])
+    assert all(p["max_new_tokens"] == round(len(p["input"].split()) * 5.2) for p in server.payloads)
+
+    for run, summary in zip(record["runs"], record["summaries"]):
+        requests = run["requests"]
+        assert len(requests) == summary["num_requests"] > 3
+        assert run["max_send_lag_s"] < 0.25  # arrivals kept to the absolute schedule
+        by_kind = {word: [r for r in requests if word in r["text"]] for word in ("REJECT", "FAIL", "STALL")}
+        assert all(r["outcome"] == REJECTED and r["status"] == 503 and r["retry_after"] == "1"
+                   for r in by_kind["REJECT"])
+        assert all(r["outcome"] == FAILED and r["status"] == 500 for r in by_kind["FAIL"])
+        assert summary["num_rejected"] == len(by_kind["REJECT"])
+        assert summary["num_failed"] == len(by_kind["FAIL"])
+        assert summary["num_stalled"] == len(by_kind["STALL"]) > 0
+        normal = [r for r in requests if not any(w in r["text"] for w in ("REJECT", "FAIL", "STALL"))]
+        for r in normal:
+            assert r["outcome"] == COMPLETED and r["header_bytes"] == 44 and r["bytes_per_second"] == 48000
+            assert r["chunk_audio_bytes"][0] == 0  # the header arrived alone ...
+            first_audio = r["chunk_times_s"][1] - r["sent_s"]
+            assert first_audio >= 0.08 + 0.02  # ... and TTFA waited for the PCM after it
+        assert summary["num_met"] <= len(normal)
+        assert summary["ttfa_p99_s"] >= 0.1
+
+
+def test_sweep_stops_after_an_overloaded_rate(tmp_path, workload, capsys):
+    out = tmp_path / "stop"
+    with FakeSpeechServer(FakeBehavior(modes={"fast": 1.2})) as server:
+        run_cli(capsys, "sweep", "--base-url", server.base_url, "--workload", workload, "--rates", "3,6,9",
+                "--window-s", "2", "--warmup", "0", "--out", str(out))
+    record = check_outputs(out)
+    assert [s["rate"] for s in record["summaries"]] == [3]
+    assert record["stop_reason"].startswith("stopped after 3 req/s")
+    assert record["summaries"][0]["attainment"] == 0.0
+    # The slow server did not slow the arrivals: every planned request was sent on time.
+    (run,) = record["runs"]
+    assert len(run["requests"]) == len(poisson_arrivals(3, 2, 0)) and run["max_send_lag_s"] < 0.25
+
+
+def test_time_budget_stops_the_sweep_and_partial_records_are_saved(tmp_path, workload):
+    seen = []
+    with FakeSpeechServer() as server:
+        load = LoadConfig(base_url=server.base_url, profile=make_profile("ours"), workload_path=workload,
+                          window_s=1.5, warmup_requests=0, time_budget_s=2.5, progress=False)
+        result = run_sweep(SweepConfig(load=load, rates=(2, 4, 6)), on_update=lambda r: seen.append(len(r.summaries)))
+    assert [s.rate for s in result.summaries] == [2] and seen == [1]
+    assert result.stop_reason.startswith("time budget of 2.5 s reached before 4 req/s")
+
+
+def test_capacity_search_with_short_windows(tmp_path, capsys):
+    path = tmp_path / "ok.txt"
+    path.write_text("plain text one\nplain text two\n")
+    out = tmp_path / "search"
+    with FakeSpeechServer() as server:
+        lines = run_cli(capsys, "search", "--base-url", server.base_url, "--workload", str(path), "--window-s", "2",
+                        "--allow-short-window", "--start-rate", "4", "--max-rate", "8", "--warmup", "2",
+                        "--out", str(out))
+    record = check_outputs(out)
+    assert record["strategy"] == "search" and record["window_s"] == 2
+    assert record["probe_order"] == [4, 8]
+    assert record["capacity"] == {"0.99": 8, "0.90": 8}
+    assert ">=8 req/s at 90%" in lines[0]  # no probe missed: a lower bound
+
+
+def test_ablation_switches_modes_over_http(tmp_path, workload, capsys):
+    out = tmp_path / "ablation"
+    with FakeSpeechServer() as server:
+        lines = run_cli(capsys, "ablation", "--base-url", server.base_url, "--workload", workload,
+                        "--modes", "fast,slow", "--strategy", "sweep", "--rates", "4", "--window-s", "2",
+                        "--warmup", "2", "--out", str(out))
+        final_mode = server.mode
+    record = check_outputs(out)
+    assert final_mode == "slow" and record["switcher"] == "HttpModeSwitcher"
+    assert list(record["modes"]) == ["fast", "slow"] and len(lines) == 2
+    fast, slow = (record["modes"][m]["summaries"][0] for m in ("fast", "slow"))
+    assert fast["num_met"] > 0 and slow["num_met"] == 0  # slow mode's first audio comes after 400 ms
+    assert slow["ttfa_p50_s"] >= 0.4 > fast["ttfa_p50_s"]

@@ -1,0 +1,46 @@
+"""A short sweep against a real running server (the CPU server in CI), checking that the outputs are produced.
+
+Set VOXSERVE_BENCH_URL to the server's base URL (loopback), e.g. http://127.0.0.1:8000; optionally
+VOXSERVE_BENCH_MODEL (the served model name) and VOXSERVE_BENCH_ARGS (extra CLI arguments, shell-split).
+"""
+
+import json
+import os
+import shlex
+
+import pytest
+
+from benchmarks.cli import main
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+TEXTS = ["Hello there.", "A short sentence to speak.", "Good morning to you.", "One more little line."]
+
+
+def short_sweep(base_url, out_dir, extra_args=()):
+    """Two low rates x 4 s windows with fixed lengths; returns the parsed record. Callable from a server fixture."""
+    workload = out_dir / "texts.txt"
+    workload.parent.mkdir(parents=True, exist_ok=True)
+    workload.write_text("\n".join(TEXTS) + "\n")
+    args = ["sweep", "--base-url", base_url, "--workload", str(workload), "--rates", "0.5,1", "--window-s", "4",
+            "--warmup", "1", "--fixed-length", "--request-timeout-s", "120", "--stop-fraction", "0",
+            "--out", str(out_dir), "--no-progress", *extra_args]
+    assert main(args) == 0
+    record = json.loads((out_dir / "record.json").read_text())
+    for png in ("attainment.png", "ttfa_p99.png", "goodput.png"):
+        assert (out_dir / png).read_bytes()[:4] == b"\x89PNG"
+    return record
+
+
+def test_short_sweep_against_running_server(tmp_path):
+    base_url = os.environ.get("VOXSERVE_BENCH_URL")
+    if not base_url:
+        pytest.skip("VOXSERVE_BENCH_URL not set (no running server)")
+    extra = shlex.split(os.environ.get("VOXSERVE_BENCH_ARGS", ""))
+    if os.environ.get("VOXSERVE_BENCH_MODEL"):
+        extra += ["--model", os.environ["VOXSERVE_BENCH_MODEL"]]
+    record = short_sweep(base_url, tmp_path / "live", extra)
+    requests = [r for run in record["runs"] for r in run["requests"]]
+    assert [s["rate"] for s in record["summaries"]] == [0.5, 1.0] and requests
+    completed = [r for r in requests if r["outcome"] == "completed"]
+    assert completed, f"no request completed: {[r['error'] for r in requests][:3]}"
+    assert all(sum(r["chunk_audio_bytes"]) > 0 for r in completed)

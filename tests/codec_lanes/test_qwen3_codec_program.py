@@ -1,0 +1,118 @@
+import pytest
+import torch
+
+pytest.importorskip("vllm_voxserve.models.qwen3_tts.codec.state")
+
+from vllm_voxserve.codec_lanes import CodecChunk, LaneConfig, LaneKind, LaneManager, cpu_partitions  # noqa: E402
+from vllm_voxserve.models.program import CodecProgram  # noqa: E402
+from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig  # noqa: E402
+from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder  # noqa: E402
+from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights  # noqa: E402
+from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram  # noqa: E402
+
+TINY = dict(latent_dim=32, codebook_dim=16, codebook_size=32, decoder_dim=32, hidden_size=16,
+            intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=8,
+            sliding_window=6, upsample_rates=(2, 2, 2, 2), upsampling_ratios=(2, 2),
+            vector_quantization_hidden_dimension=16)
+
+
+@torch.no_grad()
+def test_qwen3_codec_on_the_lanes_matches_its_full_decode():
+    torch.manual_seed(0)
+    decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    program = Qwen3CodecProgram(decoder)
+    assert isinstance(program, CodecProgram)
+    assert (program.samples_per_frame, program.codes_per_frame) == (64, 16)
+    frames = [3, 3, 3, 2]  # three full chunks and a short last one, per request
+    gen = torch.Generator().manual_seed(1)
+    codes = {r: torch.randint(0, 32, (sum(frames), 16), generator=gen) for r in ("a", "b", "c")}
+    got = []
+    mgr = LaneManager(program, cpu_partitions(), LaneConfig(max_requests=4, frame_counts=(3,),
+                                                             background_max_batch=4), got.append)
+    for r in codes:
+        mgr.open_request(r)
+    starts = [0, 3, 6, 9]
+    # chunk i of each request, grouped differently per step and alternating lanes
+    groups = [(LaneKind.URGENT, "abc"), (LaneKind.BACKGROUND, "ab"), (LaneKind.URGENT, "c"),
+              (LaneKind.BACKGROUND, "cab"), (LaneKind.URGENT, "ab"), (LaneKind.BACKGROUND, "c")]
+    done = {r: 0 for r in codes}
+    for kind, rids in groups:
+        batch = []
+        for r in rids:
+            i = done[r]
+            batch.append(CodecChunk(r, i, codes[r][starts[i]:starts[i] + frames[i]], is_last=i == 3))
+            done[r] += 1
+        mgr.submit(kind, batch)
+        mgr.poll()
+    assert done == {"a": 4, "b": 4, "c": 4}
+    for r, c in codes.items():
+        mine = sorted((x for x in got if x.request_id == r), key=lambda x: x.chunk_index)
+        full = decoder(c.T[None])[0, 0]
+        assert torch.allclose(torch.cat([x.audio for x in mine]), full, atol=1e-5)
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():
+    """The full-size 12 Hz decoder (random weights, fp32) captured per bucket on both lanes."""
+    import json
+    import os
+    import statistics
+    import time
+
+    from vllm_voxserve.codec_lanes import SplitSpec, create_partitions
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    parts = create_partitions(SplitSpec("codec", 24))
+    decoder = CodecDecoder(CodecDecoderConfig()).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    decoder = decoder.cuda()
+    program = Qwen3CodecProgram(decoder)
+    got = []
+    t = time.perf_counter()
+    mgr = LaneManager(program, parts, LaneConfig(max_requests=24, frame_counts=(10,), background_max_batch=16),
+                      got.append)
+    capture_s = time.perf_counter() - t
+    gen = torch.Generator().manual_seed(2)
+    codes = {r: torch.randint(0, 2048, (30, 16), generator=gen) for r in "abc"}
+    for r in codes:
+        mgr.open_request(r)
+    groups = [(LaneKind.URGENT, "abc"), (LaneKind.BACKGROUND, "ab"), (LaneKind.URGENT, "c"),
+              (LaneKind.BACKGROUND, "cab")]
+    done = {r: 0 for r in codes}
+    for kind, rids in groups:
+        batch = [CodecChunk(r, done[r], codes[r][10 * done[r]:10 * done[r] + 10], is_last=done[r] == 2)
+                 for r in rids]
+        for r in rids:
+            done[r] += 1
+        mgr.submit(kind, batch)
+        mgr.drain()
+    worst = 0.0
+    for r, c in codes.items():
+        mine = sorted((x for x in got if x.request_id == r), key=lambda x: x.chunk_index)
+        full = decoder(c.T[None].cuda())[0, 0].cpu()
+        worst = max(worst, (torch.cat([x.audio for x in mine]) - full).abs().max().item())
+
+    def chunk_ms(kind, n):  # n new requests' first chunks in one batch, submit to audio
+        rids = [f"t{len(got)}_{i}" for i in range(n)]
+        for rid in rids:
+            mgr.open_request(rid)
+        t = time.perf_counter()
+        mgr.submit(kind, [CodecChunk(rid, 0, codes["a"][:10], is_last=True) for rid in rids])
+        while not mgr.is_idle(kind):
+            mgr.poll()
+        return (time.perf_counter() - t) * 1000
+
+    timings = {}
+    for kind, n in ((LaneKind.URGENT, 1), (LaneKind.URGENT, 8), (LaneKind.BACKGROUND, 1), (LaneKind.BACKGROUND, 16)):
+        chunk_ms(kind, n)
+        timings[f"{kind.value}_batch{n}_ms"] = statistics.median(chunk_ms(kind, n) for _ in range(3))
+    line = json.dumps({"test": "qwen3_codec_lanes", "max_abs_diff_vs_full_decode": worst,
+                       "capture_s": capture_s, "fp32": True, **timings})
+    print(line)
+    if os.environ.get("VOXSERVE_GPU_REPORT"):
+        with open(os.environ["VOXSERVE_GPU_REPORT"], "a") as f:
+            f.write(line + "\n")
+    assert worst < 1e-4

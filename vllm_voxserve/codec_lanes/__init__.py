@@ -1,0 +1,11 @@
+"""Codec lanes: SM partitions, lanes, state slots, CUDA-graph executables, split chooser."""
+
+from vllm_voxserve.codec_lanes.codec_lane import CodecChunk, CodecLane, FinishedChunk, LaneKind
+from vllm_voxserve.codec_lanes.lane_manager import LaneConfig, LaneManager
+from vllm_voxserve.codec_lanes.lm_lane import LmLane
+from vllm_voxserve.codec_lanes.partitions import Partitions, SplitSpec, cpu_partitions, create_partitions
+
+__all__ = [
+    "CodecChunk", "CodecLane", "FinishedChunk", "LaneConfig", "LaneKind", "LaneManager", "LmLane",
+    "Partitions", "SplitSpec", "cpu_partitions", "create_partitions",
+]

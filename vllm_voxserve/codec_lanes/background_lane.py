@@ -1,0 +1,23 @@
+"""The background codec lane: batches of chunks with slack, on the codec SM partition.
+
+Buckets are powers of two up to the largest batch; a batch may span several backbone
+steps while the LM lane keeps stepping on its own partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vllm_voxserve.codec_lanes.codec_lane import CodecLane, LaneKind
+from vllm_voxserve.codec_lanes.executables import CodecExecutables, powers_of_two_up_to
+from vllm_voxserve.codec_lanes.partitions import Partitions
+from vllm_voxserve.models.program import CodecProgram, CodecStatePool
+
+
+def make_background_lane(program: CodecProgram, pool: CodecStatePool, partitions: Partitions,
+                         frame_counts: Sequence[int], padding_slot: int, use_graphs: bool,
+                         max_batch: int) -> CodecLane:
+    exe = CodecExecutables(program, pool, partitions.codec_stream, partitions.codec_launch_stream,
+                           partitions.device, powers_of_two_up_to(max_batch), frame_counts, padding_slot, use_graphs)
+    exe.capture()
+    return CodecLane(LaneKind.BACKGROUND, exe)

@@ -1,0 +1,158 @@
+"""The lane manager: owns the codec lanes, the state pool and its slots.
+
+It takes decisions ("run these chunks on that lane") from the scheduler's policy and
+enforces only the invariants the device needs: one batch in flight per lane, and a
+request's next chunk dispatched only after its previous one finished, in chunk order.
+`poll()` harvests finished batches with CUDA event queries (never a blocking sync) and
+hands their audio to the `on_audio` callback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from vllm_voxserve.codec_lanes.background_lane import make_background_lane
+from vllm_voxserve.codec_lanes.codec_lane import CodecChunk, CodecLane, FinishedChunk, LaneKind
+from vllm_voxserve.codec_lanes.partitions import Partitions
+from vllm_voxserve.codec_lanes.urgent_lane import URGENT_BUCKETS, make_urgent_lane
+from vllm_voxserve.models.program import CodecProgram
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneConfig:
+    max_requests: int = 256  # state slots for requests (two more are kept as padding slots)
+    frame_counts: tuple[int, ...] = (10,)  # chunk lengths with executables, in frames
+    urgent_buckets: tuple[int, ...] = URGENT_BUCKETS
+    background_max_batch: int = 64
+    use_graphs: bool = True  # ignored on CPU
+
+    def __post_init__(self) -> None:
+        if self.max_requests < 1:
+            raise ValueError(f"max_requests must be >= 1, got {self.max_requests}")
+        if not self.frame_counts or min(self.frame_counts) < 1:
+            raise ValueError(f"frame_counts must be positive, got {self.frame_counts}")
+        if not self.urgent_buckets or min(self.urgent_buckets) < 1:
+            raise ValueError(f"urgent_buckets must be positive, got {self.urgent_buckets}")
+        if self.background_max_batch < 1:
+            raise ValueError(f"background_max_batch must be >= 1, got {self.background_max_batch}")
+
+
+class SlotAllocator:
+    """Free list of state slots; lowest slot first so tests are deterministic."""
+
+    def __init__(self, num_slots: int) -> None:
+        self._free = list(range(num_slots - 1, -1, -1))
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise RuntimeError("no free codec state slot")
+        return self._free.pop()
+
+    def free(self, slot: int) -> None:
+        self._free.append(slot)
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+
+@dataclass(slots=True)
+class _Request:
+    slot: int
+    next_chunk: int = 0
+    fresh: bool = True  # state not yet reset: reset on the lane that decodes chunk 0
+    in_flight: LaneKind | None = None
+    closed: bool = False
+
+
+class LaneManager:
+    def __init__(self, program: CodecProgram, partitions: Partitions, config: LaneConfig,
+                 on_audio: Callable[[FinishedChunk], None]) -> None:
+        self.program, self.partitions, self.config, self.on_audio = program, partitions, config, on_audio
+        n = config.max_requests
+        self.pool = program.make_state_pool(n + 2, partitions.device)
+        self.pool.reset(torch.arange(n + 2, dtype=torch.int64, device=partitions.device))
+        self.slots = SlotAllocator(n)
+        self.lanes: dict[LaneKind, CodecLane] = {
+            LaneKind.URGENT: make_urgent_lane(program, self.pool, partitions, config.frame_counts, n,
+                                              config.use_graphs, config.urgent_buckets),
+            LaneKind.BACKGROUND: make_background_lane(program, self.pool, partitions, config.frame_counts,
+                                                      n + 1, config.use_graphs, config.background_max_batch),
+        }
+        self._requests: dict[str, _Request] = {}
+
+    def open_request(self, request_id: str) -> None:
+        if request_id in self._requests:
+            raise ValueError(f"request {request_id} is already open")
+        self._requests[request_id] = _Request(self.slots.allocate())
+
+    def close_request(self, request_id: str) -> None:
+        """Forget a request (abort or finish). Idempotent. A chunk still in flight finishes,
+        its audio is dropped, and only then is the slot reused."""
+        req = self._requests.get(request_id)
+        if req is None:
+            return
+        if req.in_flight is None:
+            self._release(request_id)
+        else:
+            req.closed = True
+
+    def can_dispatch(self, request_id: str) -> bool:
+        """True when the request is open and has no chunk in flight."""
+        req = self._requests.get(request_id)
+        return req is not None and req.in_flight is None and not req.closed
+
+    def is_idle(self, kind: LaneKind) -> bool:
+        return self.lanes[kind].is_idle()
+
+    def max_batch(self, kind: LaneKind) -> int:
+        return self.lanes[kind].max_batch
+
+    def submit(self, kind: LaneKind, chunks: Sequence[CodecChunk]) -> None:
+        """Run these chunks as one batch on that lane (asynchronous on CUDA)."""
+        lane = self.lanes[kind]
+        if not lane.is_idle():
+            raise RuntimeError(f"{kind.value} lane is busy; submit after poll() frees it")
+        if len({c.request_id for c in chunks}) != len(chunks):
+            raise ValueError("a batch holds at most one chunk per request")
+        for c in chunks:
+            req = self._requests.get(c.request_id)
+            if req is None or req.closed:
+                raise ValueError(f"request {c.request_id} is not open")
+            if req.in_flight is not None:
+                raise ValueError(f"request {c.request_id} has a chunk in flight on the {req.in_flight.value} lane")
+            if c.chunk_index != req.next_chunk:
+                raise ValueError(f"request {c.request_id}: chunk {c.chunk_index} submitted, {req.next_chunk} expected")
+        reqs = [self._requests[c.request_id] for c in chunks]
+        lane.launch(chunks, [r.slot for r in reqs], [r.slot for r in reqs if r.fresh])
+        for r in reqs:
+            r.in_flight, r.fresh, r.next_chunk = kind, False, r.next_chunk + 1
+
+    def poll(self, block: bool = False) -> int:
+        """Harvest finished batches and deliver their audio; returns the number of chunks delivered."""
+        delivered = 0
+        for lane in self.lanes.values():
+            finished = lane.harvest(block=block)
+            for chunk in finished or ():
+                req = self._requests[chunk.request_id]
+                req.in_flight = None
+                if req.closed or chunk.is_last:
+                    self._release(chunk.request_id)
+                if not req.closed:
+                    self.on_audio(chunk)
+                    delivered += 1
+        return delivered
+
+    def drain(self) -> int:
+        """Block until no lane has a batch in flight (tests and shutdown)."""
+        return self.poll(block=True)
+
+    def _release(self, request_id: str) -> None:
+        self.slots.free(self._requests.pop(request_id).slot)
+

@@ -1,0 +1,119 @@
+"""vLLM endpoint plugin: `POST /v1/audio/speech` (OpenAI-compatible, streaming) and `GET /v1/audio/voices`.
+
+Loaded by vLLM in the API-server process when `VLLM_PLUGINS` names `voxserve` (or the command line has
+`--plugin voxserve`). Routes attach while vLLM builds its app, so they appear in its OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from argparse import Namespace
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from vllm_voxserve.config import VoxServeConfig
+
+from . import audio_format
+from .speech_request import SpeechRequest
+from .speech_service import SpeechService, SynthesisError
+
+logger = logging.getLogger(__name__)
+router = APIRouter()
+
+MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
+SAMPLE_RATE = 24000
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
+
+
+def _service(request: Request) -> SpeechService | None:
+    return getattr(request.app.state, "voxserve_speech", None)
+
+
+_REQUEST_BODY = {"required": True, "content": {"application/json": {"schema": SpeechRequest.model_json_schema()}}}
+
+
+@router.post("/v1/audio/speech", openapi_extra={"requestBody": _REQUEST_BODY},
+             responses={200: {"content": {"audio/wav": {}, "audio/pcm": {}}}})
+async def create_speech(raw: Request):
+    """Synthesize speech; `stream: true` sends audio as each chunk is decoded."""
+    service = _service(raw)
+    if service is None:
+        return _error(503, "speech synthesis is not available on this server", "service_unavailable")
+    try:
+        body = json.loads(await raw.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return _error(400, f"request body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return _error(400, "request body must be a JSON object")
+    try:
+        request = SpeechRequest.model_validate(body)
+        job, prompt_ids, params = service.prepare(request)
+    except ValidationError as exc:
+        return _error(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    except ValueError as exc:
+        return _error(400, str(exc))
+    chunks = service.synthesize(job, prompt_ids, params)
+    fmt = request.response_format
+    if request.stream:
+        return StreamingResponse(_stream_bytes(chunks, fmt), media_type=MEDIA_TYPES[fmt])
+    pieces = []
+    try:
+        async for chunk in chunks:
+            pieces.append(chunk)
+    except SynthesisError as exc:
+        return _error(500, str(exc), "server_error")
+    audio = audio_format.concat(pieces)
+    data = audio_format.wav_bytes(audio, SAMPLE_RATE) if fmt == "wav" else audio_format.pcm16_bytes(audio)
+    return Response(content=data, media_type=MEDIA_TYPES[fmt])
+
+
+async def _stream_bytes(chunks, fmt: str):
+    if fmt == "wav":
+        yield audio_format.streaming_wav_header(SAMPLE_RATE)
+    try:
+        async for chunk in chunks:
+            yield audio_format.pcm16_bytes(chunk)
+    except SynthesisError as exc:
+        # Headers are gone: end the stream early; the client sees a short body.
+        logger.error("speech stream failed: %s", exc)
+
+
+@router.get("/v1/audio/voices")
+async def list_voices(raw: Request):
+    service = _service(raw)
+    if service is None:
+        return _error(503, "speech synthesis is not available on this server", "service_unavailable")
+    return {"voices": service.voices(), "task_type": service.tables.model_type,
+            "languages": service.tables.supported_languages}
+
+
+class SpeechEndpointPlugin:
+    name = "voxserve"
+    required_tasks = ("generate",)
+
+    def attach_router(self, app: FastAPI) -> None:
+        app.include_router(router)
+
+    async def init_state(self, engine_client, state, args: Namespace) -> None:
+        if engine_client is None:
+            return
+        vllm_config = getattr(engine_client, "vllm_config", None)
+        additional = getattr(vllm_config, "additional_config", None)
+        config = VoxServeConfig.from_additional_config(additional or _parse_json(getattr(args, "additional_config", None)))
+        served = list(args.served_model_name or [args.model])
+        service = SpeechService(engine_client, args.model, served, config)
+        service.start()
+        state.voxserve_speech = service
+        logger.info("voxserve: /v1/audio/speech ready for %s (%s)", served, service.tables.model_type)
+
+
+def _parse_json(value):
+    if value is None or isinstance(value, dict):
+        return value
+    return json.loads(value)

@@ -1,0 +1,168 @@
+"""Turns a validated speech request into a vLLM `generate()` call and the request's audio stream.
+
+`generate()` carries the request's lifecycle (admission, finish, abort on client disconnect); the audio arrives on
+the worker -> API-server audio channel (`vllm_voxserve.transport`) under the request's stream key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+
+from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
+from vllm_voxserve.models.qwen3_tts.job import SAMPLES_PER_FRAME, CodePredictorSampling, SpeechJob
+from vllm_voxserve.models.qwen3_tts.prompt import PromptTables, SpeechPrompt, build_plan
+from vllm_voxserve.models.qwen3_tts.tokenizer import (
+    encode_instruct,
+    encode_ref_text,
+    load_text_tokenizer,
+    target_text_ids,
+)
+from vllm_voxserve.transport import AUDIO, END, AudioReceiver, new_stream_key
+
+from .speech_request import SpeechRequest, decode_reference_audio
+
+# After vLLM reports the request finished, its last audio must follow within this time.
+AUDIO_END_TIMEOUT_S = 60.0
+
+
+class SynthesisError(RuntimeError):
+    """The engine or the worker failed this request after it was accepted."""
+
+
+class SpeechService:
+    def __init__(self, engine_client, model_path: str, served_models: list[str], config: VoxServeConfig):
+        self.engine_client = engine_client
+        self.served_models = served_models
+        self.config = config
+        self.tokenizer = load_text_tokenizer(model_path)
+        self.model_config = Qwen3TTSConfig.from_pretrained(model_path)
+        self.tables = PromptTables.from_config(self.model_config)
+        gen_path = Path(model_path) / "generation_config.json"
+        self.generation_defaults = json.loads(gen_path.read_text()) if gen_path.exists() else {}
+        self.receiver = AudioReceiver()
+
+    def start(self) -> None:
+        self.receiver.start()
+
+    def voices(self) -> list[str]:
+        return sorted(self.tables.speakers)
+
+    def prepare(self, request: SpeechRequest):
+        """Validate and build (job, prompt ids, sampling params); raises ValueError for the client."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        request.check(self.served_models, self.tables.model_type)
+        kind = self.tables.model_type
+        instruct = request.instructions or ""
+        if kind == "voice_design" and not instruct.strip():
+            raise ValueError("VoiceDesign needs `instructions` describing the voice")
+        ref_audio = b""
+        ref_text_ids: tuple[int, ...] = ()
+        if kind == "base":
+            if not request.ref_audio:
+                raise ValueError("Base (voice cloning) needs `ref_audio`: base64 or a data URL of a 24 kHz clip")
+            ref_audio = decode_reference_audio(request.ref_audio).tobytes()
+            if not request.x_vector_only_mode:
+                if not (request.ref_text or "").strip():
+                    raise ValueError("voice cloning needs `ref_text` (the transcript of ref_audio), "
+                                     "or x_vector_only_mode=true")
+                ref_text_ids = tuple(encode_ref_text(self.tokenizer, request.ref_text)[3:-2])
+        elif request.ref_audio or request.ref_text:
+            raise ValueError(f"ref_audio/ref_text are only for Base checkpoints; this one is {kind}")
+        speaker = request.voice if kind == "custom_voice" else None
+        if kind == "custom_voice" and not speaker:
+            raise ValueError(f"voice is required; choose one of {self.voices()}")
+        prompt = SpeechPrompt(
+            text_ids=tuple(target_text_ids(self.tokenizer, request.input)),
+            language=request.language.lower(),
+            speaker=speaker.lower() if speaker else None,
+            instruct_ids=tuple(encode_instruct(self.tokenizer, instruct)) if instruct.strip() else (),
+            x_vector_only=request.x_vector_only_mode if kind == "base" else False,
+            ref_text_ids=ref_text_ids,
+            num_ref_frames=math.ceil(len(ref_audio) / 4 / SAMPLES_PER_FRAME) if ref_text_ids else 0,
+            non_streaming=request.non_streaming_mode,
+        )
+        gen = self.generation_defaults
+        job = SpeechJob(
+            stream_key=new_stream_key(),
+            audio_address=self.receiver.address,
+            prompt=prompt,
+            ref_audio=ref_audio,
+            fixed_length=request.ignore_eos,
+            seed=request.seed,
+            code_predictor=CodePredictorSampling(
+                temperature=_pick(request.subtalker_temperature, gen.get("subtalker_temperature"), 0.9),
+                top_k=_pick(request.subtalker_top_k, gen.get("subtalker_top_k"), 50),
+                top_p=_pick(request.subtalker_top_p, gen.get("subtalker_top_p"), 1.0),
+            ),
+            ttfa_slo_ms=request.ttfa_slo_ms,
+        )
+        plan = build_plan(self.tables, prompt)  # raises ValueError naming the valid speakers, languages ...
+        params = SamplingParams(
+            max_tokens=request.max_new_tokens,
+            min_tokens=2,
+            stop_token_ids=[self.tables.codec_eos],
+            ignore_eos=request.ignore_eos,
+            temperature=_pick(request.temperature, gen.get("temperature") if gen.get("do_sample", True) else 0.0,
+                              0.9),
+            top_k=_pick(request.top_k, gen.get("top_k"), 50) or -1,
+            top_p=_pick(request.top_p, gen.get("top_p"), 1.0),
+            repetition_penalty=_pick(request.repetition_penalty, gen.get("repetition_penalty"), 1.05),
+            seed=request.seed,
+            detokenize=False,
+            output_kind=RequestOutputKind.DELTA,
+            extra_args=job.to_extra_args(),
+        )
+        # vLLM sees placeholder ids (codec_pad) of the plan's length; the worker embeds the real prompt.
+        prompt_ids = [self.tables.codec_pad] * len(plan)
+        return job, prompt_ids, params
+
+    async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params) -> AsyncIterator[np.ndarray]:
+        """Yields float32 mono 24 kHz chunks in order; leaving early (client gone) aborts the request."""
+        queue = self.receiver.open(job.stream_key)
+        request_id = f"speech-{job.stream_key}"
+        engine = asyncio.get_running_loop().create_task(self._run_engine(prompt_ids, params, request_id, queue))
+        try:
+            while True:
+                kind, payload = await queue.get()
+                if kind == AUDIO:
+                    yield payload
+                elif kind == END:
+                    return
+                else:
+                    raise SynthesisError(payload)
+        finally:
+            self.receiver.close(job.stream_key)
+            if not engine.done():
+                engine.cancel()  # cancelling generate() aborts the request in the engine
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await engine
+
+    async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue) -> None:
+        try:
+            async for _ in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id):
+                pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the engine's own errors reach the client as a failed synthesis
+            queue.put_nowait((2, f"engine error: {type(exc).__name__}: {exc}"))
+            return
+        finished = time.monotonic()
+        await asyncio.sleep(AUDIO_END_TIMEOUT_S)
+        queue.put_nowait((2, f"audio did not finish {time.monotonic() - finished:.0f} s after the request did"))
+
+
+def _pick(value, default, fallback):
+    if value is not None:
+        return value
+    return default if default is not None else fallback

@@ -1,0 +1,157 @@
+"""Convolutional building blocks of the 12 Hz codec decoder, with the official parameter names.
+
+Every module has two paths:
+- `forward(x)`: the whole sequence at once, causal left zero-padding (the official computation);
+- `stream(x, state)`: the next columns of the sequence. Each stateful conv keeps the last `history_len` columns of its
+  own input under `state[self.state_name]` (`[B, C_in, history_len]`) and replaces that entry with the new history.
+  A zero history is exactly the zero padding of the full path, so a reset state starts a sequence.
+`state_name`s are set by the decoder (module paths) so the state pool can name its tensors."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+State = dict[str, torch.Tensor]
+
+
+class CausalConv1d(nn.Module):
+    """Official `Qwen3TTSTokenizerV2CausalConvNet` at stride 1: left pad (k-1)*d, no right pad."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1, groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
+        self.history_len = (kernel_size - 1) * dilation
+        self.state_name = ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.pad(x, (self.history_len, 0)))
+
+    def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        if self.history_len == 0:
+            return self.conv(x)
+        extended = torch.cat([state[self.state_name], x], dim=-1)
+        state[self.state_name] = extended[..., -self.history_len:]
+        return self.conv(extended)
+
+
+class CausalTransposedConv1d(nn.Module):
+    """Official `Qwen3TTSTokenizerV2CausalTransConvNet`: ConvTranspose1d(k, s) with k-s samples cut on the right, so
+    T inputs give T*s outputs. Streaming keeps the last ceil(k/s)-1 input columns (whose kernels still reach into the
+    new outputs) and recomputes their overlap, instead of storing an output tail."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__()
+        if kernel_size < stride:
+            raise ValueError(f"kernel_size {kernel_size} < stride {stride} would leave gaps")
+        self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
+        self.stride = stride
+        self.right_trim = kernel_size - stride
+        self.history_len = -(-kernel_size // stride) - 1
+        self.state_name = ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return y[..., : y.shape[-1] - self.right_trim] if self.right_trim else y
+
+    def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        if self.history_len == 0:
+            return self.forward(x)
+        extended = torch.cat([state[self.state_name], x], dim=-1)
+        state[self.state_name] = extended[..., -self.history_len:]
+        start = self.history_len * self.stride
+        return self.conv(extended)[..., start : start + x.shape[-1] * self.stride]
+
+
+class SnakeBeta(nn.Module):
+    """x + 1/(exp(beta)+1e-9) * sin^2(exp(alpha) * x), alpha/beta per channel in log scale (official op order)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        alpha = torch.exp(self.alpha[None, :, None])
+        beta = torch.exp(self.beta[None, :, None])
+        return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
+
+    def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        return self.forward(x)
+
+
+class ConvNeXtBlock(nn.Module):
+    """Causal depthwise conv k7 -> LayerNorm -> Linear x4 -> GELU -> Linear -> *gamma -> residual."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = CausalConv1d(dim, dim, kernel_size=7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
+
+    def _pointwise(self, residual: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        h = self.pwconv2(self.act(self.pwconv1(self.norm(h.transpose(1, 2)))))
+        return residual + (self.gamma * h).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._pointwise(x, self.dwconv(x))
+
+    def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        return self._pointwise(x, self.dwconv.stream(x, state))
+
+
+class ResidualUnit(nn.Module):
+    """SnakeBeta -> causal conv k7 (dilation d) -> SnakeBeta -> conv k1 -> + input."""
+
+    def __init__(self, dim: int, dilation: int):
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv1d(dim, dim, kernel_size=7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(self.act2(self.conv1(self.act1(x)))) + x
+
+    def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        return self.conv2.stream(self.act2(self.conv1.stream(self.act1(x), state)), state) + x
+
+
+class DecoderBlock(nn.Module):
+    """SnakeBeta -> CausalTransposedConv(C -> C/2, k=2r, s=r) -> residual units with dilations 1, 3, 9."""
+
+    def __init__(self, in_dim: int, out_dim: int, rate: int):
+        super().__init__()
+        units: list[nn.Module] = [SnakeBeta(in_dim), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate)]
+        units += [ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)]
+        self.block = nn.ModuleList(units)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for unit in self.block:
+            x = unit(x)
+        return x
+
+    def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        for unit in self.block:
+            x = unit.stream(x, state)
+        return x
+
+
+class UpsampleStage(nn.ModuleList):
+    """[CausalTransposedConv(k=s=factor), ConvNeXtBlock], as the official `upsample.{i}` ModuleList."""
+
+    def __init__(self, dim: int, factor: int):
+        super().__init__([CausalTransposedConv1d(dim, dim, factor, factor), ConvNeXtBlock(dim)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for m in self:
+            x = m(x)
+        return x
+
+    def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        for m in self:
+            x = m.stream(x, state)
+        return x

@@ -1,0 +1,26 @@
+"""Qwen3-TTS's 12 Hz codec decoder as a `CodecProgram` for the codec lanes."""
+
+from __future__ import annotations
+
+import torch
+
+from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
+from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
+
+
+class Qwen3CodecProgram:
+    """Adapts `decode_chunk` (codes [B, F, 16] -> wav [B, F*1920]) to the lanes' protocol."""
+
+    def __init__(self, decoder: CodecDecoder, state_dtype: torch.dtype = torch.float32,
+                 output_sample_rate: int = 24000) -> None:
+        self.decoder = decoder
+        self.state_dtype = state_dtype
+        self.samples_per_frame = decoder.config.samples_per_frame
+        self.codes_per_frame = decoder.config.num_quantizers
+        self.frame_rate_hz = output_sample_rate / self.samples_per_frame
+
+    def make_state_pool(self, num_slots: int, device: torch.device) -> CodecStatePool:
+        return CodecStatePool(self.decoder.config, num_slots, self.state_dtype, device)
+
+    def decode(self, codes: torch.Tensor, slots: torch.Tensor, pool: CodecStatePool) -> torch.Tensor:
+        return decode_chunk(self.decoder, codes, slots, pool).float()

@@ -1,0 +1,62 @@
+"""One speech request as the API server hands it to the worker, inside vLLM's `SamplingParams.extra_args`.
+
+vLLM carries `extra_args` (msgpack) from the API server to the engine and the worker untouched. The prompt travels
+as the pure `SpeechPrompt` (token ids, speaker, language ...): the worker rebuilds the same plan and embeds it,
+and vLLM itself only sees placeholder prompt ids of the plan's length (text ids would overflow the codec
+vocabulary that vLLM's penalties index).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .prompt import SpeechPrompt
+
+EXTRA_ARGS_KEY = "voxserve"
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 1920
+
+
+@dataclass(frozen=True)
+class CodePredictorSampling:
+    """Sampling of codebooks 1..15 (the official `subtalker_*` settings); temperature <= 0 means greedy."""
+
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class SpeechJob:
+    stream_key: str
+    audio_address: str
+    prompt: SpeechPrompt
+    ref_audio: bytes = b""  # float32 mono 24 kHz reference clip (Base voice cloning)
+    fixed_length: bool = False  # EOS is never sampled: the request runs to max_tokens (benchmarks, random weights)
+    seed: int | None = None
+    code_predictor: CodePredictorSampling = field(default_factory=CodePredictorSampling)
+    ttfa_slo_ms: float | None = None  # None: the server default
+
+    @property
+    def num_ref_frames(self) -> int:
+        return math.ceil(len(self.ref_audio) / 4 / SAMPLES_PER_FRAME)
+
+    def to_extra_args(self) -> dict[str, Any]:
+        payload = asdict(self)
+        payload["prompt"]["text_ids"] = list(self.prompt.text_ids)
+        payload["prompt"]["instruct_ids"] = list(self.prompt.instruct_ids)
+        payload["prompt"]["ref_text_ids"] = list(self.prompt.ref_text_ids)
+        return {EXTRA_ARGS_KEY: payload}
+
+    @classmethod
+    def from_extra_args(cls, extra_args: dict[str, Any] | None) -> SpeechJob:
+        if not extra_args or EXTRA_ARGS_KEY not in extra_args:
+            raise ValueError("request carries no voxserve job: send speech requests through /v1/audio/speech")
+        raw = dict(extra_args[EXTRA_ARGS_KEY])
+        prompt = dict(raw.pop("prompt"))
+        for name in ("text_ids", "instruct_ids", "ref_text_ids"):
+            prompt[name] = tuple(prompt.get(name) or ())
+        raw["code_predictor"] = CodePredictorSampling(**raw.get("code_predictor", {}))
+        return cls(prompt=SpeechPrompt(**prompt), **raw)

@@ -1,0 +1,120 @@
+"""Per-step inputs of the Qwen3-TTS talker inside vLLM, in persistent device buffers.
+
+vLLM samples codebook 0 after the forward, while the code predictor needs that sample: so a decode row runs the
+code predictor at the start of the *next* forward, from the talker hidden state stashed by the previous one
+(indexed by the request's slot) and the sampled token vLLM feeds back as the row's input id. Everything the
+forward reads is a fixed buffer filled on the host before it, so the same forward can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vllm_voxserve.worker.step_layout import StepLayout
+
+
+@dataclass(slots=True)
+class ServedRequest:
+    """Host-side state of one request while vLLM runs it."""
+
+    req_id: str
+    slot: int
+    prompt_len: int
+    prefill_embeds: torch.Tensor  # [prompt_len, H] on the device
+    decode_text_ids: tuple[int, ...]  # text id added at decode step k (then tts_pad)
+    tts_pad_id: int
+    fixed_length: bool
+    cp_temperature: float
+    cp_top_k: int
+    cp_top_p: float
+    failed: str | None = None
+
+    def decode_text_id(self, step: int) -> int:
+        return self.decode_text_ids[step] if step < len(self.decode_text_ids) else self.tts_pad_id
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRow:
+    row: int  # row in this step's flattened tokens
+    req_id: str
+    frame_index: int  # the request's frame number that this row completes
+
+
+class StepBuffers:
+    """Device buffers for up to `max_tokens` rows; `fill` writes one step's layout into them."""
+
+    def __init__(self, max_tokens: int, max_slots: int, hidden_size: int, dtype: torch.dtype, device):
+        self.max_tokens = max_tokens
+        self.scratch_slot = max_slots  # rows that must not touch a request's stash write here
+        kw = {"device": device}
+        self.text_ids = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.is_decode = torch.zeros(max_tokens, dtype=torch.bool, **kw)
+        self.read_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.write_slot = torch.full((max_tokens,), max_slots, dtype=torch.long, **kw)
+        self.prefill_embeds = torch.zeros(max_tokens, hidden_size, dtype=dtype, **kw)
+        self.cp_temperature = torch.zeros(max_tokens, dtype=torch.float32, **kw)
+        self.cp_top_k = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.cp_top_p = torch.ones(max_tokens, dtype=torch.float32, **kw)
+        self.suppress_eos = torch.zeros(max_tokens, dtype=torch.bool, **kw)  # per request row of compute_logits
+        # Outputs of the forward: the hidden state stash (one row per slot + scratch) and each row's frame codes.
+        self.stash = torch.zeros(max_slots + 1, hidden_size, dtype=dtype, **kw)
+        self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
+        self._host_ints = np.zeros((5, max_tokens), dtype=np.int64)
+        self._host_floats = np.zeros((2, max_tokens), dtype=np.float32)
+
+    def fill(self, layout: StepLayout, requests: dict[str, ServedRequest]) -> list[DecodeRow]:
+        """Write a step's inputs; returns the decode rows (each completes one frame of its request)."""
+        n = layout.total_tokens
+        if n > self.max_tokens:
+            raise ValueError(f"step has {n} tokens, buffers hold {self.max_tokens}")
+        ints, floats = self._host_ints, self._host_floats
+        ints[:, : n + 1] = 0
+        ints[3, : n + 1] = self.scratch_slot
+        floats[0, : n + 1], floats[1, : n + 1] = 0.0, 1.0
+        text_ids, is_decode, read_slot, write_slot, suppress = ints
+        decode_rows: list[DecodeRow] = []
+        row = 0
+        for index, (req_id, count, start) in enumerate(
+            zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True)
+        ):
+            req = requests[req_id]
+            read_slot[row : row + count] = req.slot
+            write_slot[row + count - 1] = req.slot  # the last row's hidden state feeds the next frame
+            suppress[index] = req.fixed_length
+            if start >= req.prompt_len:
+                if count != 1:
+                    raise ValueError(f"{req_id}: {count} decode tokens in one step (speculative decode is unsupported)")
+                step = start - req.prompt_len
+                text_ids[row] = req.decode_text_id(step)
+                is_decode[row] = 1
+                floats[0, row], floats[1, row] = req.cp_temperature, req.cp_top_p
+                ints[4, row] = req.cp_top_k
+                decode_rows.append(DecodeRow(row, req_id, step))
+            else:
+                stop = min(start + count, req.prompt_len)
+                self.prefill_embeds[row : row + stop - start].copy_(req.prefill_embeds[start:stop])
+                if stop < start + count:
+                    # A preempted request is re-prefilled with its generated tokens; their inputs are not kept.
+                    req.failed = "request was preempted (KV cache full) and cannot be resumed"
+                    self.prefill_embeds[row + stop - start : row + count].zero_()
+                text_ids[row : row + count] = req.tts_pad_id
+            row += count
+        width = max(n, 1)
+        for buf, src in (
+            (self.text_ids, text_ids),
+            (self.is_decode, is_decode),
+            (self.read_slot, read_slot),
+            (self.write_slot, write_slot),
+            (self.cp_top_k, ints[4]),
+        ):
+            buf[:width].copy_(torch.from_numpy(src[:width]).to(buf.dtype), non_blocking=True)
+        self.suppress_eos[:width].copy_(torch.from_numpy(suppress[:width].astype(bool)), non_blocking=True)
+        self.cp_temperature[:width].copy_(torch.from_numpy(floats[0, :width]), non_blocking=True)
+        self.cp_top_p[:width].copy_(torch.from_numpy(floats[1, :width]), non_blocking=True)
+        # Rows past n (graph padding) keep old values; they only ever write the scratch slot.
+        self.write_slot[n : self.max_tokens].fill_(self.scratch_slot)
+        self.is_decode[n : self.max_tokens].fill_(False)
+        return decode_rows

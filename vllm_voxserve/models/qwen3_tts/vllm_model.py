@@ -1,0 +1,197 @@
+"""Qwen3-TTS as a vLLM model: the talker on vLLM's layers (paged KV cache, continuous batching, CUDA graphs), the
+code predictor inside the step, and the codec program that turns finished frames into audio.
+
+Parameter names follow the official checkpoint (`talker.model.layers.N.self_attn.q_proj` ...); vLLM's fused
+`qkv_proj` / `gate_up_proj` are filled shard by shard. The embeddings, text projection and code predictor are our
+reference modules, reused as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vllm.compilation.decorators import support_torch_compile
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.layernorm import RMSNorm
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
+
+from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.worker.step_layout import StepLayout
+
+from .code_predictor import CodePredictor
+from .configuration import Qwen3TTSConfig
+from .job import SpeechJob
+from .prompt import PromptTables, SpeechPrompt, TalkerGenerationRules, build_plan
+from .step_buffers import DecodeRow, ServedRequest, StepBuffers
+from .talker import TextProjection, embed_plan
+
+# official name piece -> (vLLM fused parameter, shard id)
+_STACKED = (("q_proj", "qkv_proj", "q"), ("k_proj", "qkv_proj", "k"), ("v_proj", "qkv_proj", "v"),
+            ("gate_proj", "gate_up_proj", 0), ("up_proj", "gate_up_proj", 1))
+
+
+@support_torch_compile(dynamic_arg_dims={"positions": -1, "inputs_embeds": 0})
+class TalkerBackbone(nn.Module):
+    """`talker.model`: vLLM decoder layers + final norm (compiled), and the two input embedding tables."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config.talker_config
+        self.layers = nn.ModuleList(
+            Qwen3DecoderLayer(config, vllm_config.cache_config, vllm_config.quant_config, prefix=f"{prefix}.layers.{i}")
+            for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.codec_embedding = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.text_embedding = nn.Embedding(config.text_vocab_size, config.text_hidden_size)
+
+    def forward(self, positions: torch.Tensor, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        hidden, residual = inputs_embeds, None
+        for layer in self.layers:
+            hidden, residual = layer(positions, hidden, residual)
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+
+class Talker(nn.Module):
+    def __init__(self, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        config = vllm_config.model_config.hf_config.talker_config
+        self.model = TalkerBackbone(vllm_config=vllm_config, prefix=f"{prefix}.model")
+        self.text_projection = TextProjection(config.text_hidden_size, config.hidden_size)
+        self.codec_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.code_predictor = CodePredictor(config.code_predictor_config, config.hidden_size)
+        self.code_predictor.bind_codec_embedding(self.model.codec_embedding)
+
+
+class Qwen3TTSForVllm(nn.Module):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config: Qwen3TTSConfig = vllm_config.model_config.hf_config
+        self.config = config
+        self.model_path = Path(vllm_config.model_config.model)
+        self.voxserve = VoxServeConfig.from_additional_config(vllm_config.additional_config)
+        self.talker = Talker(vllm_config, prefix="talker")
+        self.tables = PromptTables.from_config(config)
+        rules = TalkerGenerationRules.from_tables(self.tables)
+        self.eos_id = rules.eos_id
+        suppressed = torch.zeros(config.talker_config.vocab_size, dtype=torch.bool)
+        suppressed[list(rules.suppressed_ids)] = True
+        self.register_buffer("suppressed", suppressed, persistent=False)
+        sched = vllm_config.scheduler_config
+        self._buffer_shape = (sched.max_num_batched_tokens, sched.max_num_seqs)
+        self.buffers: StepBuffers | None = None  # made on first use, on the model's device and dtype
+        self.requests: dict[str, ServedRequest] = {}
+        self._free_slots: list[int] = []
+        self._decode_rows: list[DecodeRow] = []
+
+    # ---- request lifecycle (called by the runner adapters) -------------------------------------------------
+    def _step_buffers(self) -> StepBuffers:
+        if self.buffers is None:
+            weight = self.talker.codec_head.weight
+            max_tokens, max_seqs = self._buffer_shape
+            self.buffers = StepBuffers(max(max_tokens, max_seqs), max_seqs, weight.shape[1], weight.dtype,
+                                       weight.device)
+            self._free_slots = list(range(max_seqs - 1, -1, -1))
+        return self.buffers
+
+    @torch.inference_mode()
+    def add_request(self, req_id: str, prompt_len: int, job: SpeechJob) -> ServedRequest:
+        self._step_buffers()
+        plan = build_plan(self.tables, job.prompt)
+        if len(plan) != prompt_len:
+            raise ValueError(f"{req_id}: prompt has {prompt_len} placeholder ids but its plan has {len(plan)} rows")
+        talker = self.talker
+        prefill, _ = embed_plan(plan, talker.text_projection, talker.model.text_embedding,
+                                talker.model.codec_embedding, talker.code_predictor.model.codec_embedding)
+        cp = job.code_predictor
+        req = ServedRequest(req_id, self._free_slots.pop(), prompt_len, prefill, plan.trailing_text_ids,
+                            plan.tts_pad_id, job.fixed_length, cp.temperature, cp.top_k, cp.top_p)
+        self.requests[req_id] = req
+        return req
+
+    def add_placeholder_request(self, req_id: str, prompt_len: int) -> ServedRequest:
+        """A request that failed before it started still occupies rows until vLLM finishes it: feed it zeros."""
+        buffers = self._step_buffers()
+        zeros = torch.zeros(prompt_len, buffers.prefill_embeds.shape[1], dtype=buffers.prefill_embeds.dtype,
+                            device=buffers.prefill_embeds.device)
+        req = ServedRequest(req_id, self._free_slots.pop(), prompt_len, zeros, (), self.tables.tts_pad, True,
+                            0.0, 0, 1.0)
+        self.requests[req_id] = req
+        return req
+
+    def remove_request(self, req_id: str) -> ServedRequest | None:
+        req = self.requests.pop(req_id, None)
+        if req is not None:
+            self._free_slots.append(req.slot)
+        return req
+
+    def prepare_step(self, layout: StepLayout) -> None:
+        self._decode_rows = self._step_buffers().fill(layout, self.requests)
+
+    def take_frames(self) -> tuple[torch.Tensor, list[DecodeRow]]:
+        """Frames completed by the last forward: codes [len(rows), 16] (device) and which request/frame each is."""
+        rows, self._decode_rows = self._decode_rows, []
+        if not rows:
+            return self.buffers.frame_codes[:0], rows
+        index = torch.tensor([r.row for r in rows], dtype=torch.long, device=self.buffers.frame_codes.device)
+        return self.buffers.frame_codes.index_select(0, index), rows
+
+    # ---- vLLM model interface -------------------------------------------------------------------------------
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.talker.model.codec_embedding(input_ids)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, intermediate_tensors=None,
+                inputs_embeds: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        buf = self._step_buffers()
+        n = input_ids.shape[0]
+        talker = self.talker
+        # Decode rows: the code predictor completes the frame whose codebook 0 vLLM sampled last step.
+        c0 = input_ids.clamp(0, talker.codec_head.out_features - 1)
+        previous_hidden = buf.stash.index_select(0, buf.read_slot[:n])
+        rest = talker.code_predictor.predict_frame(previous_hidden, c0, buf.cp_temperature[:n], buf.cp_top_k[:n],
+                                                   buf.cp_top_p[:n])
+        codes = torch.cat([c0[:, None], rest], dim=1)
+        buf.frame_codes[:n].copy_(codes)
+        text = talker.text_projection(talker.model.text_embedding(buf.text_ids[:n]))
+        decode_embeds = talker.code_predictor.frame_embedding(codes) + text
+        embeds = torch.where(buf.is_decode[:n, None], decode_embeds, buf.prefill_embeds[:n])
+        hidden = talker.model(positions, embeds)
+        buf.stash.index_copy_(0, buf.write_slot[:n], hidden)
+        return hidden
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        logits = self.talker.codec_head(hidden_states).float()
+        rows = hidden_states.shape[0]
+        mask = self.suppressed[None, :].expand(rows, -1).clone()
+        if self.buffers is not None and rows <= self.buffers.max_tokens:
+            mask[:, self.eos_id] = self.buffers.suppress_eos[:rows]
+        return logits.masked_fill(mask, float("-inf"))
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if not name.startswith("talker."):
+                continue  # speaker_encoder.* is loaded with the encoders (Base)
+            target, shard = name, None
+            if ".layers." in name and ".code_predictor." not in name:
+                for piece, fused, shard_id in _STACKED:
+                    if f".{piece}." in name:
+                        target, shard = name.replace(f".{piece}.", f".{fused}."), shard_id
+                        break
+            param = params.get(target)
+            if param is None:
+                raise ValueError(f"checkpoint tensor {name} has no place in {type(self).__name__}")
+            loader = getattr(param, "weight_loader", default_weight_loader)
+            if shard is None:
+                loader(param, tensor)
+            else:
+                loader(param, tensor, shard)
+            loaded.add(target)
+        return loaded

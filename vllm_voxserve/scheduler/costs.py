@@ -1,0 +1,100 @@
+"""Cost estimates for the LM lane and the two codec lanes, seeded from the paper and corrected by measurements.
+
+Each cost is a line `fixed_s + per_item_s * size`. Measured samples (`report.CostSample`) move a per-kind correction
+factor (an exponential moving average of measured / predicted), so the shape comes from the seed and the scale from
+the running server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_voxserve.scheduler.report import COST_KINDS, CostSample
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCost:
+    fixed_s: float
+    per_item_s: float
+
+    def __call__(self, size: int) -> float:
+        return self.fixed_s + self.per_item_s * max(size, 1)
+
+    @classmethod
+    def through(cls, size_a: int, seconds_a: float, size_b: int, seconds_b: float) -> "LinearCost":
+        per_item = (seconds_b - seconds_a) / (size_b - size_a)
+        return cls(seconds_a - per_item * size_a, per_item)
+
+
+@dataclass(frozen=True, slots=True)
+class CostSeed:
+    decode: LinearCost  # one LM step on the LM partition, by decode batch
+    prefill: LinearCost  # one prefill on the whole GPU, by prompt tokens
+    urgent_codec: LinearCost  # whole GPU, by chunks
+    background_codec: LinearCost  # codec partition beside the backbone, by chunks
+
+
+def paper_h100_seed() -> CostSeed:
+    """Qwen3-TTS on one H100 with the 100/32 split.
+
+    Codec (paper §2.3, O3): 1.9 ms for 1 chunk and 10 ms for 16 on the whole GPU; 5.0 ms and 49 ms on 24 SMs beside
+    the backbone. The paper gives no 32-SM figure, so the background lane uses the 24-SM line (conservative).
+
+    LM step, derived (the paper gives no step time):
+    - past capacity the prefill-first LM completes 48 req/s (§4.7), so one request costs ≈ 20.8 ms of LM time;
+    - a request is 7.8 s of audio on average (§4.1), 97.5 frames of 80 ms;
+    - with full decode batches of 64 (assumed: the paper names no maximum; its baselines ran 64) and a ≈ 4.4 ms
+      prefill, 20.8 ms = 4.4 ms + 97.5 * t(64) / 64 gives t(64) ≈ 10.8 ms;
+    - the step is launch-bound and nearly flat in batch (notes/qwen3-tts.md measured the depth predictor at 9.0 ms
+      for batch 1 and 9.2 ms for batch 64 on an H200), so t(1) is taken as 8.6 ms.
+    Prefill, assumed: one talker pass over a short prompt plus one depth-predictor frame, 4 ms + 10 µs per token.
+    """
+    return CostSeed(
+        decode=LinearCost.through(1, 8.6e-3, 64, 10.8e-3),
+        prefill=LinearCost(4.0e-3, 1.0e-5),
+        urgent_codec=LinearCost.through(1, 1.9e-3, 16, 10.0e-3),
+        background_codec=LinearCost.through(1, 5.0e-3, 16, 49.0e-3),
+    )
+
+
+class CostModel:
+    """Estimates in seconds; `observe` folds in what the worker measured."""
+
+    def __init__(self, seed: CostSeed | None = None, smoothing: float = 0.1) -> None:
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        self.seed = seed or paper_h100_seed()
+        self.smoothing = smoothing
+        self.correction = dict.fromkeys(COST_KINDS, 1.0)
+
+    def _seed_line(self, kind: str) -> LinearCost:
+        return getattr(self.seed, kind)
+
+    def estimate(self, kind: str, size: int) -> float:
+        return self._seed_line(kind)(size) * self.correction[kind]
+
+    def observe(self, sample: CostSample) -> None:
+        predicted = self._seed_line(sample.kind)(sample.size)
+        ratio = sample.seconds / predicted if predicted > 0 else 1.0
+        old = self.correction[sample.kind]
+        self.correction[sample.kind] = old + self.smoothing * (ratio - old)
+
+    def decode_step_s(self, batch: int) -> float:
+        return self.estimate("decode", batch)
+
+    def prefill_s(self, tokens: int) -> float:
+        return self.estimate("prefill", tokens)
+
+    def urgent_codec_s(self, chunks: int) -> float:
+        return self.estimate("urgent_codec", chunks)
+
+    def background_codec_s(self, chunks: int) -> float:
+        return self.estimate("background_codec", chunks)
+
+    def lm_frames_per_s(self, max_decode_batch: int) -> float:
+        """LM capacity in frames per second with full decode batches (prefills not counted)."""
+        return max_decode_batch / self.decode_step_s(max_decode_batch)
+
+    def request_lm_s(self, prompt_tokens: int, frames: int, max_decode_batch: int) -> float:
+        """LM time one request takes from a saturated server: its prefill plus its share of full decode steps."""
+        return self.prefill_s(prompt_tokens) + frames / self.lm_frames_per_s(max_decode_batch)

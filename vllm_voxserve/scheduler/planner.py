@@ -1,0 +1,102 @@
+"""One scheduling decision per engine step: plain data in, plain data out, the clock passed in.
+
+The vLLM scheduler adapter (or the simulation) calls `on_arrival` for each new request and `plan_step` whenever
+a lane can take work; it feeds measured costs back with `observe`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from vllm_voxserve.scheduler.admission import PrefillAdmission
+from vllm_voxserve.scheduler.background_batching import background_batch
+from vllm_voxserve.scheduler.costs import CostModel
+from vllm_voxserve.scheduler.decode_order import decode_order
+from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
+from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+from vllm_voxserve.scheduler.report import LaneBacklog, StepReport
+from vllm_voxserve.scheduler.slack import generating, min_slack
+from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest
+from vllm_voxserve.scheduler.urgency import ReadyChunk, ready_chunks, split_by_urgency, urgent_batch
+
+
+@dataclass(slots=True)
+class StepPlan:
+    admit: list[str] = field(default_factory=list)  # waiting requests to prefill now, in this order
+    reject: list[Rejection] = field(default_factory=list)  # waiting requests to end with 503 + Retry-After
+    decode: list[str] = field(default_factory=list)  # running requests for the next decode step
+    urgent: list[ReadyChunk] = field(default_factory=list)  # launch now on the urgent lane
+    background: list[ReadyChunk] = field(default_factory=list)  # launch now on the background lane
+    prefill_deferred: bool = False
+    wake_at: float | None = None  # plan again by then even if nothing else happens
+
+
+class Planner:
+    def __init__(self, cfg: SchedulerPolicyConfig | None = None, costs: CostModel | None = None) -> None:
+        self.cfg = cfg or SchedulerPolicyConfig()
+        self.costs = costs or CostModel()
+        self.admission = PrefillAdmission(self.cfg, self.costs)
+        self.overload = OverloadGuard(self.cfg, self.costs)
+
+    def observe(self, report: StepReport) -> None:
+        for sample in report.costs:
+            self.costs.observe(sample)
+
+    def on_arrival(
+        self, request: WaitingRequest, streams: Sequence[StreamState], waiting: Sequence[WaitingRequest]
+    ) -> Rejection | None:
+        """None to queue the request; a Rejection to answer 503 at once."""
+        return self.overload.check_arrival(request, streams, waiting)
+
+    def plan_step(
+        self,
+        now: float,
+        streams: Sequence[StreamState],
+        waiting: Sequence[WaitingRequest],
+        lanes: LaneBacklog,
+        lm_free: bool = True,
+    ) -> StepPlan:
+        """`waiting` in arrival order. LM fields are filled only when `lm_free`; a codec lane's only when idle."""
+        plan = StepPlan()
+        if lm_free:
+            self._plan_lm(now, streams, waiting, plan)
+        self._plan_codec(now, streams, waiting, lanes, plan)
+        return plan
+
+    def _plan_lm(
+        self, now: float, streams: Sequence[StreamState], waiting: Sequence[WaitingRequest], plan: StepPlan
+    ) -> None:
+        active = generating(streams)
+        plan.reject = self.overload.shed_waiting(now, waiting, len(active))
+        rejected = {r.request_id for r in plan.reject}
+        candidates = [w for w in waiting if w.request_id not in rejected]
+        decision = self.admission.decide(now, candidates, min_slack(active, now, self.costs, self.cfg))
+        plan.admit = [w.request_id for w in decision.admit]
+        plan.prefill_deferred = decision.deferred
+        plan.wake_at = self.admission.deferral_deadline()
+        plan.decode = decode_order(active, now, self.costs, self.cfg)
+
+    def _plan_codec(
+        self,
+        now: float,
+        streams: Sequence[StreamState],
+        waiting: Sequence[WaitingRequest],
+        lanes: LaneBacklog,
+        plan: StepPlan,
+    ) -> None:
+        urgent, background = split_by_urgency(ready_chunks(streams, self.cfg), now, self.cfg.urgent_margin_s)
+        if not lanes.urgent_busy:
+            plan.urgent = urgent_batch(urgent, self.cfg.urgent_max_batch)
+        if not lanes.background_busy:
+            lm_has_work = bool(waiting) or any(not s.generation_done for s in streams)
+            plan.background = background_batch(background, now, lm_has_work, self.costs, self.cfg)
+        launched = {c.request_id for c in plan.background}
+        # A chunk left waiting turns urgent δu before its deadline: plan again by then.
+        for chunk in background:
+            if chunk.request_id not in launched:
+                plan.wake_at = _earliest(plan.wake_at, chunk.deadline - self.cfg.urgent_margin_s)
+
+
+def _earliest(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)

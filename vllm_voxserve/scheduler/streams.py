@@ -1,0 +1,74 @@
+"""The policy's view of requests: waiting ones (not yet prefilled) and running streams."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+from vllm_voxserve.scheduler.report import RequestProgress
+from vllm_voxserve.scheduler.timeline import ChunkSchedule, PlaybackTimeline
+
+
+@dataclass(slots=True)
+class WaitingRequest:
+    request_id: str
+    arrival_time: float
+    prompt_tokens: int
+    expected_frames: int | None = None  # the endpoint's estimate from the text (≈ 5.2 frames per word)
+
+
+@dataclass(slots=True)
+class StreamState:
+    """One admitted request. The scheduler adapter updates it from `RequestProgress` each step."""
+
+    request_id: str
+    arrival_time: float
+    prompt_tokens: int = 0
+    expected_frames: int | None = None
+    frames_generated: int = 0
+    generation_done: bool = False
+    chunks_delivered: int = 0
+    chunk_in_flight: bool = False
+    first_audio_time: float | None = None
+
+    @classmethod
+    def admitted(cls, request: WaitingRequest) -> "StreamState":
+        return cls(request.request_id, request.arrival_time, request.prompt_tokens, request.expected_frames)
+
+    def apply(self, progress: RequestProgress) -> None:
+        if progress.request_id != self.request_id:
+            raise ValueError(f"progress for {progress.request_id} applied to {self.request_id}")
+        self.frames_generated = progress.frames_generated
+        self.generation_done = progress.generation_done
+        self.chunks_delivered = progress.chunks_delivered
+        self.chunk_in_flight = progress.chunk_in_flight
+        if self.first_audio_time is None:
+            self.first_audio_time = progress.first_audio_time
+
+    @property
+    def next_chunk(self) -> int:
+        """The lowest chunk not yet handed to a codec lane."""
+        return self.chunks_delivered + int(self.chunk_in_flight)
+
+    def timeline(self, cfg: SchedulerPolicyConfig) -> PlaybackTimeline:
+        return PlaybackTimeline(schedule_of(cfg), self.arrival_time, cfg.ttfa_target_s, self.first_audio_time)
+
+    def remaining_frames(self, cfg: SchedulerPolicyConfig) -> int:
+        if self.generation_done:
+            return 0
+        expected = self.expected_frames or cfg.default_expected_frames
+        # A request running past its estimate still has at least one frame to go.
+        return max(expected - self.frames_generated, 1)
+
+
+def schedule_of(cfg: SchedulerPolicyConfig) -> ChunkSchedule:
+    return ChunkSchedule(cfg.first_chunk_frames, cfg.chunk_frames, cfg.frame_duration_s)
+
+
+def lm_chunk(stream: StreamState, schedule: ChunkSchedule) -> int:
+    """The chunk the LM is generating frames for now."""
+    return schedule.chunk_of_frame(stream.frames_generated)
+
+
+INFINITE_SLACK = math.inf

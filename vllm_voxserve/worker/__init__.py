@@ -1,0 +1,1 @@
+"""Adapters to vLLM's workers and model runners: thin, each subclassing a documented hook."""

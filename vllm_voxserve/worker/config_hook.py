@@ -1,0 +1,29 @@
+"""The model-scoped config hook vLLM runs while it builds its config (API-server process, before the platform
+fills in defaults): picks our worker and scheduler, turns off what cannot work for speech, validates our config."""
+
+from __future__ import annotations
+
+import logging
+
+from vllm.model_executor.models.config import VerifyAndUpdateConfig
+
+from vllm_voxserve.config import VoxServeConfig
+
+logger = logging.getLogger(__name__)
+
+CPU_WORKER = "vllm_voxserve.worker.cpu_worker.VoxServeCPUWorker"
+GPU_WORKER = "vllm_voxserve.worker.gpu_worker.VoxServeGPUWorker"
+
+
+class VoxServeConfigHook(VerifyAndUpdateConfig):
+    @staticmethod
+    def verify_and_update_config(vllm_config) -> None:
+        from vllm.platforms import current_platform
+
+        config = VoxServeConfig.from_additional_config(vllm_config.additional_config)  # fail fast on bad keys
+        parallel = vllm_config.parallel_config
+        if parallel.worker_cls == "auto":
+            parallel.worker_cls = CPU_WORKER if current_platform.is_cpu() else GPU_WORKER
+        # Prompts are placeholder ids of the plan's length: equal ids do not mean equal prompts.
+        vllm_config.cache_config.enable_prefix_caching = False
+        logger.info("voxserve: worker %s, config %s", parallel.worker_cls, config.to_dict())

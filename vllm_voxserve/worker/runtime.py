@@ -1,0 +1,81 @@
+"""The speech side of a vLLM worker: request lifecycle, per-step layout, and frames -> audio.
+
+Both runner adapters (V1 on CPU, Model Runner V2 on GPU) call exactly these methods, so CI on CPU runs the code
+that serves on the GPU; only the few lines that read each runner's batch state differ.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder
+from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
+from vllm_voxserve.models.qwen3_tts.job import SpeechJob
+from vllm_voxserve.transport import AudioSender
+from vllm_voxserve.worker.audio_pipeline import AudioPipeline
+from vllm_voxserve.worker.step_layout import StepLayout
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class SpeechRuntime:
+    def __init__(self, model, config: VoxServeConfig, device: torch.device):
+        self.model, self.config, self.device = model, config, device
+        decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", _DTYPES[config.codec_dtype], device)
+        self.pipeline = AudioPipeline(Qwen3CodecProgram(decoder, _DTYPES[config.codec_dtype]), config,
+                                      AudioSender(), device)
+        self._failed: set[str] = set()
+
+    def start(self, req_id: str, prompt_len: int, extra_args: dict | None) -> None:
+        try:
+            job = SpeechJob.from_extra_args(extra_args)
+        except (TypeError, ValueError) as exc:
+            # Without a job there is no audio address to report to; the API server only sends well-formed jobs.
+            logger.error("request %s has no valid voxserve job: %s", req_id, exc)
+            self.model.add_placeholder_request(req_id, prompt_len)
+            self._failed.add(req_id)
+            return
+        try:
+            self.pipeline.open(req_id, job.stream_key, job.audio_address)
+        except RuntimeError as exc:
+            self.model.add_placeholder_request(req_id, prompt_len)
+            self._failed.add(req_id)
+            self.pipeline.sender.send_error(job.audio_address, job.stream_key, 0, str(exc))
+            return
+        try:
+            self.model.add_request(req_id, prompt_len, job)
+        except ValueError as exc:
+            self.model.add_placeholder_request(req_id, prompt_len)
+            self._fail(req_id, str(exc))
+
+    def prepare_step(self, layout: StepLayout) -> None:
+        self.model.prepare_step(layout)
+
+    def after_forward(self) -> None:
+        codes, rows = self.model.take_frames()
+        if rows:
+            live = [i for i, r in enumerate(rows) if r.req_id not in self._failed]
+            if len(live) != len(rows):
+                codes = codes[live]
+                rows = [rows[i] for i in live]
+            self.pipeline.push(codes, [r.req_id for r in rows])
+        for req in self.model.requests.values():
+            if req.failed and req.req_id not in self._failed:
+                self._fail(req.req_id, req.failed)
+
+    def finish(self, req_id: str) -> None:
+        self.model.remove_request(req_id)
+        if req_id in self._failed:
+            self._failed.discard(req_id)
+            return
+        self.pipeline.close(req_id)
+
+    def _fail(self, req_id: str, message: str) -> None:
+        self._failed.add(req_id)
+        self.pipeline.fail(req_id, message)
