@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +29,8 @@ class AblationConfig:
     modes: tuple[str, ...] = DEFAULT_MODES
     sweep: SweepConfig | None = None  # exactly one of sweep / search says how each mode is measured
     search: SearchConfig | None = None
+    # Search only: start each mode's bracket at the previous mode's capacity (modes listed weakest first).
+    chain_start: bool = False
 
     def __post_init__(self) -> None:
         if (self.sweep is None) == (self.search is None):
@@ -65,7 +68,16 @@ def run_ablation(config: AblationConfig, switcher: ModeSwitcher,
             if config.sweep is not None:
                 results[mode] = run_sweep(config.sweep, on_update=update)
             else:
-                results[mode] = run_search(config.search, on_update=update)
+                results[mode] = run_search(_search_for(config, results), on_update=update)
     finally:
         switcher.close()
     return results, switch_s
+
+
+def _search_for(config: AblationConfig, done: dict[str, SweepResult | SearchResult]) -> SearchConfig:
+    search = config.search
+    if not config.chain_start or not done:
+        return search
+    previous = list(done.values())[-1].capacity.get(f"{min(search.thresholds):.2f}", 0.0)
+    start = min(max(previous, search.resolution), search.max_rate)
+    return dataclasses.replace(search, start_rate=start)

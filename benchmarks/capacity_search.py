@@ -24,6 +24,7 @@ class SearchConfig:
     max_rate: float = 256.0
     thresholds: tuple[float, ...] = (0.99, 0.90)
     allow_short_window: bool = False  # tests only: windows under 20 s say little about a real server
+    settle_early: bool = True  # end a probe once it is sure to miss the lowest threshold (saves device time)
 
     def __post_init__(self) -> None:
         if self.load.window_s < MIN_SEARCH_WINDOW_S and not self.allow_short_window:
@@ -111,7 +112,8 @@ async def search_async(config: SearchConfig, warm_up: bool = True,
         async def evaluate(rate: float) -> float:
             if not generator.fits_budget():
                 raise BudgetExhausted(f"time budget of {config.load.time_budget_s:g} s reached before {rate:g} req/s")
-            runs, summary = await generator.measure(rate)
+            settle = min(config.thresholds) if config.settle_early else None
+            runs, summary = await generator.measure(rate, settle_below=settle)
             result.runs.extend(runs)
             result.summaries.append(summary)
             _log("probe " + format_rate_line(summary), config.load.progress)

@@ -32,7 +32,7 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--profile", choices=sorted(PROFILES), default="ours", help="which request fields to send")
     g.add_argument("--server-name", help="label in the record and plots (default: the profile)")
     g.add_argument("--model")
-    g.add_argument("--voice")
+    g.add_argument("--voice", help='speaker; "" leaves the field out (also for the other string fields)')
     g.add_argument("--response-format", choices=("pcm", "wav"))
     g.add_argument("--sample-rate", type=int, help="PCM sample rate (WAV headers override it)")
     g.add_argument("--task-type")
@@ -71,6 +71,8 @@ def _add_search_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
     g.add_argument(f"--{prefix}max-rate", dest="search_max_rate", type=float, default=256.0)
     g.add_argument("--thresholds", type=_floats, default=(0.99, 0.90))
     g.add_argument("--allow-short-window", action="store_true", help="tests only: windows under 20 s")
+    g.add_argument("--no-settle-early", action="store_true",
+                   help="run every probe to the end even once it is sure to miss the lowest threshold")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_search_args(ablation, prefix="search-")
     ablation.add_argument("--modes", type=lambda s: tuple(m for m in s.split(",") if m), default=DEFAULT_MODES)
     ablation.add_argument("--strategy", choices=("sweep", "search"), default="search")
+    ablation.add_argument("--chain-start", action="store_true",
+                          help="search: start each mode at the previous mode's capacity (modes weakest first)")
     ablation.add_argument("--restart-command", help="shell line with {mode}, used if the server cannot switch "
                                                     "modes over HTTP")
     ablation.add_argument("--ready-path", default="/health")
@@ -115,7 +119,7 @@ def _sweep_config(args, load: LoadConfig) -> SweepConfig:
 def _search_config(args, load: LoadConfig) -> SearchConfig:
     return SearchConfig(load=load, start_rate=args.search_start_rate, resolution=args.resolution,
                         max_rate=args.search_max_rate, thresholds=args.thresholds,
-                        allow_short_window=args.allow_short_window)
+                        allow_short_window=args.allow_short_window, settle_early=not args.no_settle_early)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     extra: dict = {}
 
     if args.command == "ablation":
-        config = AblationConfig(modes=args.modes, sweep=sweep, search=search)
+        config = AblationConfig(modes=args.modes, sweep=sweep, search=search, chain_start=args.chain_start)
     else:
         config = sweep or search
 

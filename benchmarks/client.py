@@ -30,11 +30,14 @@ class ServerProfile:
     sample_rate: int = 24000  # used for pcm; a WAV header's own format wins
     sample_width: int = 2
     channels: int = 1
-    qwen_fields: bool = True  # task_type / language (/ instructions when given)
-    task_type: str | None = "CustomVoice"
+    qwen_fields: bool = True  # task_type / language / instructions, each only when set (not None or "")
+    task_type: str | None = None
     language: str | None = "English"
     instructions: str | None = None
-    length_fields: tuple[str, ...] = ("max_new_tokens", "min_tokens")  # set to the frame count in fixed-length runs
+    # Fixed-length runs set these fields to the frame count plus `length_token_offset` (our server's last sampled
+    # token never becomes audio, so N frames take N + 1 tokens) and add `fixed_length_extra`.
+    length_fields: tuple[str, ...] = ("max_new_tokens",)
+    length_token_offset: int = 1
     fixed_length_extra: tuple[tuple[str, Any], ...] = (("ignore_eos", True),)
     send_seed: bool = True
     extra: tuple[tuple[str, Any], ...] = ()
@@ -55,7 +58,7 @@ class ServerProfile:
 PROFILES = {
     "ours": ServerProfile(name="ours"),
     # vLLM-Omni's speech API takes the same OpenAI + Qwen fields; no per-request seed and no forced length.
-    "vllm-omni": ServerProfile(name="vllm-omni", send_seed=False, length_fields=("max_new_tokens",),
+    "vllm-omni": ServerProfile(name="vllm-omni", task_type="CustomVoice", send_seed=False, length_token_offset=0,
                                fixed_length_extra=()),
     # Plain OpenAI fields only.
     "generic": ServerProfile(name="generic", voice="alloy", qwen_fields=False, send_seed=False,
@@ -84,17 +87,17 @@ def _profile_fields(profile: ServerProfile) -> dict[str, Any]:
 def build_payload(profile: ServerProfile, text: str, num_frames: int | None = None, seed: int | None = None) -> dict:
     """The JSON body of one request. `num_frames` forces a fixed length (random-weight models never stop)."""
     body: dict[str, Any] = {"input": text, "response_format": profile.response_format, "stream": True}
-    if profile.model is not None:
+    if profile.model:
         body["model"] = profile.model
-    if profile.voice is not None:
+    if profile.voice:
         body["voice"] = profile.voice
     if profile.qwen_fields:
         for key in ("task_type", "language", "instructions"):
             value = getattr(profile, key)
-            if value is not None:
+            if value:
                 body[key] = value
     if num_frames is not None:
-        body.update({key: num_frames for key in profile.length_fields})
+        body.update({key: num_frames + profile.length_token_offset for key in profile.length_fields})
         body.update(dict(profile.fixed_length_extra))
     if seed is not None and profile.send_seed:
         body["seed"] = seed
@@ -218,9 +221,10 @@ async def stream_request(session: aiohttp.ClientSession, url: str, payload: dict
         record.outcome, record.error = TIMED_OUT, f"no end of stream within {timeout_s} s"
     except (aiohttp.ClientError, ValueError, OSError) as exc:
         record.outcome, record.error = FAILED, f"{type(exc).__name__}: {exc}"
-    record.finished_s = time.perf_counter() - origin
-    record.header_bytes = parser.header_bytes
-    record.bytes_per_second = parser.bytes_per_second
+    finally:  # also when the caller cancels us (the outcome is then the caller's to set)
+        record.finished_s = time.perf_counter() - origin
+        record.header_bytes = parser.header_bytes
+        record.bytes_per_second = parser.bytes_per_second
     return record
 
 
@@ -233,6 +237,11 @@ async def _stream_into(session: aiohttp.ClientSession, url: str, payload: dict, 
             body = (await response.read())[:300]
             record.outcome = REJECTED if response.status in REJECT_STATUSES else FAILED
             record.error = body.decode("utf-8", "replace")
+            return
+        content_type = response.headers.get("Content-Type", "")
+        if content_type.startswith(("application/json", "text/")):  # an error reported with status 200
+            record.outcome = FAILED
+            record.error = f"{content_type}: " + (await response.read())[:300].decode("utf-8", "replace")
             return
         async for data in response.content.iter_any():
             record.chunk_times_s.append(time.perf_counter() - origin)

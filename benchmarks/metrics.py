@@ -14,7 +14,8 @@ COMPLETED = "completed"
 REJECTED = "rejected"  # the server refused it (HTTP 429/503)
 FAILED = "failed"  # any other HTTP error, a broken stream, or a stream without audio
 TIMED_OUT = "timed_out"  # still running when the client gave up
-OUTCOMES = (COMPLETED, REJECTED, FAILED, TIMED_OUT)
+CANCELLED = "cancelled"  # stopped (or never sent) once a capacity probe was sure to miss its threshold
+OUTCOMES = (COMPLETED, REJECTED, FAILED, TIMED_OUT, CANCELLED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ class RateSummary:
     num_requests: int
     num_completed: int
     num_rejected: int
-    num_failed: int  # failed + timed out
+    num_failed: int  # failed + timed out + cancelled
     num_stalled: int  # completed requests that stalled
     num_met: int
     attainment: float
@@ -132,6 +133,7 @@ class RateSummary:
     ttfa_p90_s: float | None
     ttfa_p99_s: float | None
     ttfa_mean_s: float | None
+    cut_short: bool = False  # a search probe ended once sure to miss: attainment and goodput are lower bounds
 
 
 def summarize_rate(rate: float, window_s: float, timelines: Sequence[Timeline], slo: SloSpec) -> RateSummary:
@@ -147,7 +149,7 @@ def summarize_rate(rate: float, window_s: float, timelines: Sequence[Timeline], 
         num_requests=n,
         num_completed=len(completed),
         num_rejected=sum(tl.outcome == REJECTED for tl in timelines),
-        num_failed=sum(tl.outcome in (FAILED, TIMED_OUT) for tl in timelines),
+        num_failed=sum(tl.outcome in (FAILED, TIMED_OUT, CANCELLED) for tl in timelines),
         num_stalled=sum(stalled(tl, slo) for tl in completed),
         num_met=met,
         attainment=met / n if n else 0.0,

@@ -2,7 +2,8 @@
 
 HTTP protocol (our server): `GET /voxserve/modes` -> `{"modes": [...], "current": NAME}` (a bare list is accepted
 too), `POST /voxserve/mode` with `{"mode": NAME}` -> 200 once the mode is active. Restarting runs a user-given
-shell command with `{mode}` replaced (other braces, e.g. JSON, are left alone) and waits until the server answers its readiness path.
+shell command with `{mode}` replaced (other braces, e.g. JSON, are left alone) and waits until the server answers
+its readiness path.
 """
 
 from __future__ import annotations

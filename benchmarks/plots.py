@@ -15,10 +15,18 @@ from benchmarks.metrics import RateSummary  # noqa: E402
 
 
 def _lines(ax, series: Mapping[str, Sequence[RateSummary]], value) -> None:
+    marked = False
     for label, summaries in series.items():
-        points = [(s.rate, value(s)) for s in sorted(summaries, key=lambda s: s.rate) if value(s) is not None]
-        if points:
-            ax.plot(*zip(*points), marker="o", markersize=3, label=label)
+        points = [(s.rate, value(s), s.cut_short) for s in sorted(summaries, key=lambda s: s.rate)
+                  if value(s) is not None]
+        if not points:
+            continue
+        (line,) = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label)
+        cut = [p for p in points if p[2]]
+        if cut:  # probes that ended early: their values are bounds, not measurements
+            ax.plot([p[0] for p in cut], [p[1] for p in cut], linestyle="none", marker="x", markersize=7,
+                    color=line.get_color(), label=None if marked else "ended early (bound)")
+            marked = True
 
 
 def _save(fig, ax, path: Path, title: str, series: Mapping[str, Sequence[RateSummary]]) -> Path:

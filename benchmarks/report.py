@@ -14,7 +14,9 @@ from benchmarks.record import write_record
 from benchmarks.sweep import SweepResult
 
 SEARCH_METHOD = ("bracket by doubling from start_rate, then bisect to resolution; each probe pools all seeds over "
-                 "window_s; assumes attainment does not rise with rate (a full sweep checks every rate)")
+                 "window_s; assumes attainment does not rise with rate (a full sweep checks every rate); with "
+                 "settle_early a probe ends once it is sure to miss the lowest threshold, its unfinished requests "
+                 "recorded as cancelled, so its attainment is then a lower bound")
 
 
 def result_body(result: SweepResult | SearchResult) -> dict[str, Any]:

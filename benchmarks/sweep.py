@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -12,8 +13,10 @@ from datetime import datetime, timezone
 import aiohttp
 
 from benchmarks.client import RequestRecord, ServerProfile, build_payload, stream_request
-from benchmarks.metrics import RateSummary, SloSpec, capacities, summarize_rate
-from benchmarks.workload import FRAMES_PER_WORD, TextOrder, frames_for_text, load_texts, plan_run, word_count
+from benchmarks.metrics import CANCELLED, RateSummary, SloSpec, capacities, meets_slo, summarize_rate
+from benchmarks.workload import (
+    FRAMES_PER_WORD, PlannedRequest, TextOrder, frames_for_text, load_texts, plan_run, word_count,
+)
 
 AUDIO_WITHIN_S = 1.0  # the stop rule's first-audio bound
 
@@ -39,8 +42,8 @@ class LoadConfig:
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be http(s)://..., got {self.base_url!r}")
-        if not self.seeds:
-            raise ValueError("need at least one seed")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"need at least one seed, all distinct, got {self.seeds}")
         if self.window_s <= 0 or self.request_timeout_s <= 0:
             raise ValueError("window_s and request_timeout_s must be > 0")
         if self.warmup_requests < 0:
@@ -86,11 +89,13 @@ class Run:
     started_at: str
     records: list[RequestRecord]
     elapsed_s: float = 0.0  # window plus drain
+    settled_early: bool = False  # a search probe stopped once sure to miss (see LoadGenerator.measure)
 
     def to_json(self) -> dict:
         lags = [r.sent_s - r.scheduled_s for r in self.records if r.sent_s is not None]
         return {"rate": self.rate, "seed": self.seed, "window_s": self.window_s, "started_at": self.started_at,
                 "elapsed_s": self.elapsed_s, "max_send_lag_s": max(lags, default=0.0),
+                "settled_early": self.settled_early,
                 "requests": [r.to_json() for r in self.records]}
 
 
@@ -102,6 +107,38 @@ class SweepResult:
 
     def capacities(self, thresholds=(0.90, 0.99)) -> dict[str, float]:
         return capacities(self.summaries, thresholds)
+
+
+class _MissCounter:
+    """Whether one rate's requests already include so many certain misses that its attainment is below a bound."""
+
+    def __init__(self, slo: SloSpec, total: int, settle_below: float | None):
+        self.slo = slo
+        self.limit = None if settle_below is None else (1 - settle_below) * total  # misses beyond this settle it
+        self.records: list[RequestRecord] = []  # not yet finished when last looked at
+        self.is_settled = False
+        self._finished_misses = 0
+        self._next_check = 0.0
+
+    def settled(self, origin: float) -> bool:
+        if self.limit is None or self.is_settled:
+            return self.is_settled
+        now = time.perf_counter()
+        if now < self._next_check:
+            return False
+        self._next_check = now + 0.2
+        open_misses, still_open = 0, []
+        for r in self.records:
+            if r.outcome is not None:
+                self._finished_misses += not meets_slo(r.timeline(), self.slo)
+                continue
+            still_open.append(r)
+            if r.sent_s is not None and not any(r.chunk_audio_bytes):
+                # No audio yet, past the target: a miss whatever comes next (only this window is in flight).
+                open_misses += now - origin - r.sent_s > self.slo.ttfa_target_s
+        self.records = still_open
+        self.is_settled = self._finished_misses + open_misses > self.limit
+        return self.is_settled
 
 
 class LoadGenerator:
@@ -136,24 +173,35 @@ class LoadGenerator:
         await asyncio.gather(*(self._send(r, origin, i) for i, r in enumerate(records)))
         _log(f"warm-up: {sum(r.outcome == 'completed' for r in records)}/{count} completed", self.config.progress)
 
-    async def measure(self, rate: float, window_s: float | None = None) -> tuple[list[Run], RateSummary]:
-        """Every seed's window at `rate`, back to back; the summary pools them."""
-        window_s = window_s or self.config.window_s
-        runs = [await self._run_window(rate, seed, window_s) for seed in self.config.seeds]
+    async def measure(self, rate: float, window_s: float | None = None,
+                      settle_below: float | None = None) -> tuple[list[Run], RateSummary]:
+        """Every seed's window at `rate`, back to back; the summary pools them.
+
+        With `settle_below`, the rate ends as soon as its pooled attainment is sure to be below that threshold;
+        requests still running or not yet sent are then recorded as cancelled (misses). A search needs no more.
+        """
+        cfg = self.config
+        window_s = window_s or cfg.window_s
+        plans = {seed: plan_run(rate, window_s, seed, self.orders[seed], cfg.fixed_length, cfg.frames_per_word)
+                 for seed in cfg.seeds}
+        verdict = _MissCounter(cfg.slo, sum(map(len, plans.values())), settle_below)
+        runs = [await self._run_window(rate, seed, window_s, plans[seed], verdict) for seed in cfg.seeds]
         self._longest_run_s = max([self._longest_run_s] + [run.elapsed_s for run in runs])
         timelines = [r.timeline() for run in runs for r in run.records]
-        summary = summarize_rate(rate, window_s * len(runs), timelines, self.config.slo)
-        return runs, summary
+        summary = summarize_rate(rate, window_s * len(runs), timelines, cfg.slo)
+        return runs, dataclasses.replace(summary, cut_short=verdict.is_settled)
 
-    async def _run_window(self, rate: float, seed: int, window_s: float) -> Run:
-        cfg = self.config
-        planned = plan_run(rate, window_s, seed, self.orders[seed], cfg.fixed_length, cfg.frames_per_word)
+    async def _run_window(self, rate: float, seed: int, window_s: float, planned: list[PlannedRequest],
+                          verdict: _MissCounter) -> Run:
         records = [self._record(p.index, p.offset_s, p.text, p.num_frames) for p in planned]
+        verdict.records.extend(records)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        bar = _progress_bar(len(planned), f"{rate:g} req/s seed {seed}", cfg.progress)
+        bar = _progress_bar(len(planned), f"{rate:g} req/s seed {seed}", self.config.progress)
         origin = time.perf_counter() + 0.05  # a little lead so the first arrival is on time
         tasks = []
         for plan, record in zip(planned, records):
+            if verdict.settled(origin):
+                break
             # Absolute schedule: a slow server never delays later arrivals.
             delay = origin + plan.offset_s - time.perf_counter()
             if delay > 0:
@@ -162,10 +210,21 @@ class LoadGenerator:
             if bar is not None:
                 task.add_done_callback(lambda _t: bar.update(1))
             tasks.append(task)
-        await asyncio.gather(*tasks)
+        pending = set(tasks)
+        while pending:
+            _done, pending = await asyncio.wait(pending, timeout=0.25)
+            if pending and verdict.settled(origin):
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                break
+        for record in records:
+            if record.outcome is None:
+                record.outcome = CANCELLED
         if bar is not None:
             bar.close()
-        return Run(rate, seed, window_s, started_at, records, elapsed_s=time.perf_counter() - origin)
+        return Run(rate, seed, window_s, started_at, records, elapsed_s=time.perf_counter() - origin,
+                   settled_early=verdict.is_settled)
 
     def _frames(self, text: str) -> int | None:
         return frames_for_text(text, self.config.frames_per_word) if self.config.fixed_length else None

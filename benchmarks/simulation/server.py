@@ -1,12 +1,15 @@
 """A discrete-event model of one GPU serving Qwen3-TTS with three lanes, driven by the real policy (`Planner`).
 
-- LM lane: one step = the admitted prefills (whole GPU), then one decode step of the chosen requests (LM partition).
-  A prefill yields the request's first frame; each decode step one more frame per request.
+- LM lane: one step = the admitted prefills (packed, whole GPU), then one decode step of the chosen requests (LM
+  partition). A prefill yields the request's first frame; each decode step one more frame per chosen request.
 - Urgent lane: whole GPU at high priority; its batches also slow the LM step in flight by `urgent_interference` of
-  their duration (assumed; the paper only says the urgent lane runs "beside" the others).
-- Background lane: the codec partition beside the backbone.
-Costs come from a `CostSeed` (the paper's, `paper_h100_seed`) with optional multiplicative jitter; the planner sees
-only the measured durations, through `StepReport` cost samples, as on a real server.
+  their duration (assumed: the paper only says the urgent lane runs "beside" the others).
+- Background lane: the codec partition beside the backbone; it does not slow the LM (the LM's seed cost is already
+  measured on its partition, paper §2.3 O1).
+- Costs come from a `CostSeed` (`paper_h100_seed`: its docstring states the sources and the assumptions) with 5%
+  log-normal jitter; the planner sees only the durations the "GPU" took, as cost samples in a `StepReport`.
+- Not modelled: HTTP and transport latency (audio counts as delivered when its codec batch ends), the prefill's
+  effect on the background lane, KV-cache limits.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ class SimulatedServer:
     def _on_arrival(self, now: float, request: SimRequest) -> None:
         waiting = WaitingRequest(request.request_id, now, request.prompt_tokens, request.expected_frames)
         self.true_frames[request.request_id] = request.frames
-        if self.planner.on_arrival(waiting, list(self.streams.values()), self.waiting) is not None:
+        if self.planner.on_arrival(now, waiting, list(self.streams.values()), self.waiting) is not None:
             self.outcomes[request.request_id].rejected = True
             return
         self.waiting.append(waiting)
@@ -129,6 +132,7 @@ class SimulatedServer:
             outcome.audio.append((now, chunk.frames * self.cfg.frame_duration_s))
             if stream.generation_done and stream.chunks_delivered == self.schedule.num_chunks(stream.frames_generated):
                 outcome.completed = True
+                outcome.completed_at = now
                 del self.streams[chunk.request_id]
 
     # -- one scheduling round ----------------------------------------------------------------------------------------
@@ -139,11 +143,12 @@ class SimulatedServer:
         rejected = {r.request_id for r in plan.reject}
         for request_id in rejected:
             self.outcomes[request_id].rejected = True
-        admitted = set(plan.admit)
-        for request in self.waiting:
-            if request.request_id in admitted:
-                self.streams[request.request_id] = StreamState.admitted(request)
-        self.waiting = [w for w in self.waiting if w.request_id not in admitted | rejected]
+        if plan.admit or rejected:
+            admitted = set(plan.admit)
+            for request in self.waiting:
+                if request.request_id in admitted:
+                    self.streams[request.request_id] = StreamState.admitted(request)
+            self.waiting = [w for w in self.waiting if w.request_id not in admitted | rejected]
         self.prefill_deferrals += plan.prefill_deferred
         if plan.urgent:
             self._launch_codec(now, plan.urgent, "urgent_codec", "urgent_done")

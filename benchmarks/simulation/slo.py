@@ -19,6 +19,7 @@ class RequestOutcome:
     arrival_time: float
     rejected: bool = False
     completed: bool = False
+    completed_at: float | None = None
     audio: list[tuple[float, float]] = field(default_factory=list)  # (arrival time, seconds of audio) per chunk
 
     def ttfa_s(self) -> float | None:
@@ -54,6 +55,7 @@ class RateResult:
     ttfa_p50_ms: float | None
     ttfa_p99_ms: float | None
     prefill_deferrals: int
+    completed_in_window: int = 0
 
     @property
     def attainment(self) -> float:
@@ -65,8 +67,13 @@ class RateResult:
         return self.met / self.window_s
 
     @property
-    def completed_per_s(self) -> float:
-        return self.completed / self.window_s
+    def throughput(self) -> float:
+        """Requests per second completed within the arrival window (the paper's "completes N req/s")."""
+        return self.completed_in_window / self.window_s
+
+    def to_dict(self) -> dict:
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        return {**fields, "attainment": self.attainment, "goodput": self.goodput, "throughput": self.throughput}
 
 
 def percentile_ms(values: Sequence[float], q: float) -> float | None:
@@ -78,8 +85,16 @@ def percentile_ms(values: Sequence[float], q: float) -> float | None:
 
 
 def summarize(
-    mode: str, rate: float, window_s: float, outcomes: Sequence[RequestOutcome], ttfa_target_s: float, deferrals: int
+    mode: str,
+    rate: float,
+    window_s: float,
+    outcomes: Sequence[RequestOutcome],
+    ttfa_target_s: float,
+    deferrals: int,
+    window_end_s: float | None = None,
 ) -> RateResult:
+    """`window_s`: total arrival time pooled over seeds; `window_end_s`: when one seed's arrivals stop."""
+    end = window_s if window_end_s is None else window_end_s
     ttfas = [t for t in (o.ttfa_s() for o in outcomes) if t is not None]
     return RateResult(
         mode=mode,
@@ -93,6 +108,7 @@ def summarize(
         ttfa_p50_ms=percentile_ms(ttfas, 0.50),
         ttfa_p99_ms=percentile_ms(ttfas, 0.99),
         prefill_deferrals=deferrals,
+        completed_in_window=sum(o.completed and o.completed_at is not None and o.completed_at <= end for o in outcomes),
     )
 
 

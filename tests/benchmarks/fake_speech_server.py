@@ -1,6 +1,7 @@
 """A tiny streaming speech server on 127.0.0.1 for the benchmark tests, run in a background thread.
 
-Texts steer it: "REJECT" -> 503 with Retry-After, "FAIL" -> 500, "STALL" -> a long gap before the third chunk.
+Texts steer it: "REJECT" -> 503 with Retry-After, "FAIL" -> 500, "JSONERR" -> a JSON error with status 200,
+"STALL" -> a long gap before the third chunk.
 With response_format=wav it sends the WAV header as its own network chunk, `header_gap_s` before the first PCM.
 It also offers GET /voxserve/modes and POST /voxserve/mode; a mode sets the delay to first audio.
 """
@@ -104,9 +105,13 @@ class FakeSpeechServer:
             return web.Response(status=503, headers={"Retry-After": "1"}, text="queue full")
         if "FAIL" in text:
             return web.Response(status=500, text="boom")
+        if "JSONERR" in text:
+            return web.json_response({"error": "bad voice"})  # status 200, but no audio
         self.active += 1
         try:
             return await self._stream(request, payload, text)
+        except ConnectionResetError:  # the client cancelled the request (a probe that ended early)
+            return web.Response(status=499)
         finally:
             self.active -= 1
 

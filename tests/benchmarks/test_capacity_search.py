@@ -56,3 +56,20 @@ def test_search_windows_must_be_long_enough():
     with pytest.raises(ValueError):
         SearchConfig(load=load)
     assert SearchConfig(load=load, allow_short_window=True).load.window_s == 10
+
+
+def test_ablation_chain_start_uses_previous_capacity():
+    from benchmarks.ablation import AblationConfig, _search_for
+    from benchmarks.capacity_search import SearchResult
+
+    load = LoadConfig(base_url="http://127.0.0.1:1", profile=make_profile("ours"), window_s=20)
+    search = SearchConfig(load=load, start_rate=8, resolution=2, max_rate=64)
+    chained = AblationConfig(modes=("a", "b"), search=search, chain_start=True)
+    assert _search_for(chained, {}) is search
+    done = {"a": SearchResult(window_s=20, capacity={"0.99": 10.0, "0.90": 14.0})}
+    assert _search_for(chained, done).start_rate == 14.0
+    done["a"].capacity["0.90"] = 0.0
+    assert _search_for(chained, done).start_rate == 2.0
+    assert _search_for(AblationConfig(modes=("a",), search=search), done).start_rate == 8
+    with pytest.raises(ValueError):
+        AblationConfig(modes=("a",))

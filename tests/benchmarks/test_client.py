@@ -61,12 +61,14 @@ def test_wav_expected_but_raw_pcm_sent():
 
 
 def test_payload_profiles_and_fixed_length():
-    ours = make_profile("ours", model="m")
+    ours = make_profile("ours", model="m", task_type="CustomVoice")
     body = build_payload(ours, "hello there", num_frames=10, seed=7)
     assert body["input"] == "hello there" and body["stream"] is True and body["response_format"] == "pcm"
-    assert body["max_new_tokens"] == body["min_tokens"] == 10 and body["ignore_eos"] is True
+    assert body["max_new_tokens"] == 11 and body["ignore_eos"] is True  # 10 frames take 11 tokens on our server
     assert body["seed"] == 7 and body["task_type"] == "CustomVoice" and body["model"] == "m"
     assert "max_new_tokens" not in build_payload(ours, "hi")
+    assert "voice" not in build_payload(make_profile("ours", voice=""), "hi")  # "" leaves a field out
+    assert build_payload(make_profile("vllm-omni"), "hi", num_frames=10)["max_new_tokens"] == 10
 
     generic = build_payload(make_profile("generic"), "hi", num_frames=10, seed=7)
     assert set(generic) == {"input", "voice", "response_format", "stream"}

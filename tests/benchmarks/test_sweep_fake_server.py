@@ -8,11 +8,14 @@ from benchmarks.cli import main
 from benchmarks.client import make_profile
 from benchmarks.sweep import LoadConfig, SweepConfig, run_sweep
 from benchmarks.workload import poisson_arrivals
-from benchmarks.metrics import COMPLETED, FAILED, REJECTED
+from benchmarks.capacity_search import SearchConfig, run_search
+from benchmarks.metrics import CANCELLED, COMPLETED, FAILED, REJECTED
 from tests.benchmarks.fake_speech_server import FakeBehavior, FakeSpeechServer
 
 pytestmark = pytest.mark.slow
-TEXTS = ["the quick brown fox", "a short one", "REJECT this request", "please FAIL now", "a STALL in the middle"]
+TEXTS = ["the quick brown fox", "a short one", "REJECT this request", "please FAIL now", "a STALL in the middle",
+         "a JSONERR reply"]
+MARKERS = ("REJECT", "FAIL", "STALL", "JSONERR")
 PNGS = ("attainment.png", "ttfa_p99.png", "goodput.png")
 
 
@@ -42,6 +45,7 @@ def test_short_sweep_writes_record_and_plots(tmp_path, workload, capsys):
     with FakeSpeechServer(behavior) as server:
         lines = run_cli(capsys, "sweep", "--base-url", server.base_url, "--workload", workload, "--rates", "4,8",
                         "--window-s", "3", "--warmup", "4", "--response-format", "wav", "--fixed-length",
+                        "--stop-fraction", "0.2",  # half the texts are meant to fail
                         "--model", "tiny", "--out", str(out))
     record = check_outputs(out)
     assert len(lines) == 1 and lines[0].startswith("ours: SLO capacity") and lines[0] in record["summary"]
@@ -51,20 +55,22 @@ def test_short_sweep_writes_record_and_plots(tmp_path, workload, capsys):
     assert [s["rate"] for s in record["summaries"]] == [4, 8]
     # The warm-up burst was sent but is not in the record.
     assert len(server.payloads) == 4 + sum(len(run["requests"]) for run in record["runs"])
-    assert all(p["max_new_tokens"] == round(len(p["input"].split()) * 5.2) for p in server.payloads)
+    assert all(p["max_new_tokens"] == round(len(p["input"].split()) * 5.2) + 1 for p in server.payloads)
 
     for run, summary in zip(record["runs"], record["summaries"]):
         requests = run["requests"]
         assert len(requests) == summary["num_requests"] > 3
         assert run["max_send_lag_s"] < 0.25  # arrivals kept to the absolute schedule
-        by_kind = {word: [r for r in requests if word in r["text"]] for word in ("REJECT", "FAIL", "STALL")}
+        by_kind = {word: [r for r in requests if word in r["text"]] for word in MARKERS}
         assert all(r["outcome"] == REJECTED and r["status"] == 503 and r["retry_after"] == "1"
                    for r in by_kind["REJECT"])
         assert all(r["outcome"] == FAILED and r["status"] == 500 for r in by_kind["FAIL"])
+        assert all(r["outcome"] == FAILED and r["status"] == 200 and "bad voice" in r["error"]
+                   for r in by_kind["JSONERR"])
         assert summary["num_rejected"] == len(by_kind["REJECT"])
-        assert summary["num_failed"] == len(by_kind["FAIL"])
+        assert summary["num_failed"] == len(by_kind["FAIL"]) + len(by_kind["JSONERR"])
         assert summary["num_stalled"] == len(by_kind["STALL"]) > 0
-        normal = [r for r in requests if not any(w in r["text"] for w in ("REJECT", "FAIL", "STALL"))]
+        normal = [r for r in requests if not any(w in r["text"] for w in MARKERS)]
         for r in normal:
             assert r["outcome"] == COMPLETED and r["header_bytes"] == 44 and r["bytes_per_second"] == 48000
             assert r["chunk_audio_bytes"][0] == 0  # the header arrived alone ...
@@ -126,3 +132,16 @@ def test_ablation_switches_modes_over_http(tmp_path, workload, capsys):
     fast, slow = (record["modes"][m]["summaries"][0] for m in ("fast", "slow"))
     assert fast["num_met"] > 0 and slow["num_met"] == 0  # slow mode's first audio comes after 400 ms
     assert slow["ttfa_p50_s"] >= 0.4 > fast["ttfa_p50_s"]
+
+
+def test_search_probe_settles_early_once_sure_to_miss(tmp_path, workload):
+    with FakeSpeechServer(FakeBehavior(modes={"fast": 0.5})) as server:
+        load = LoadConfig(base_url=server.base_url, profile=make_profile("ours"), workload_path=workload,
+                          window_s=4, warmup_requests=0, progress=False)
+        config = SearchConfig(load=load, start_rate=8, resolution=8, max_rate=8, allow_short_window=True)
+        result = run_search(config)
+    (run,) = result.runs
+    assert run.settled_early and run.elapsed_s < 2.5  # instead of the 4 s window plus drain
+    outcomes = {r.outcome for r in run.records}
+    assert CANCELLED in outcomes and result.capacity == {"0.99": 0.0, "0.90": 0.0}
+    assert result.summaries[0].num_requests == len(poisson_arrivals(8, 4, 0))  # unsent ones are counted too

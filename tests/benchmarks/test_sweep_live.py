@@ -1,7 +1,9 @@
 """A short sweep against a real running server (the CPU server in CI), checking that the outputs are produced.
 
-Set VOXSERVE_BENCH_URL to the server's base URL (loopback), e.g. http://127.0.0.1:8000; optionally
-VOXSERVE_BENCH_MODEL (the served model name) and VOXSERVE_BENCH_ARGS (extra CLI arguments, shell-split).
+Without VOXSERVE_BENCH_URL it starts our CPU server on a tiny random checkpoint (minutes on a 2-core machine).
+Or set VOXSERVE_BENCH_URL to a running server's base URL (loopback), e.g. http://127.0.0.1:8000; optionally
+VOXSERVE_BENCH_MODEL (the served model name) and VOXSERVE_BENCH_ARGS (extra CLI arguments, shell-split; default
+"--voice ryan").
 """
 
 import json
@@ -31,16 +33,31 @@ def short_sweep(base_url, out_dir, extra_args=()):
     return record
 
 
-def test_short_sweep_against_running_server(tmp_path):
-    base_url = os.environ.get("VOXSERVE_BENCH_URL")
-    if not base_url:
-        pytest.skip("VOXSERVE_BENCH_URL not set (no running server)")
-    extra = shlex.split(os.environ.get("VOXSERVE_BENCH_ARGS", ""))
-    if os.environ.get("VOXSERVE_BENCH_MODEL"):
-        extra += ["--model", os.environ["VOXSERVE_BENCH_MODEL"]]
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory):
+    """VOXSERVE_BENCH_URL if set, else our CPU server on a tiny random checkpoint (tests/speech_server.py)."""
+    if os.environ.get("VOXSERVE_BENCH_URL"):
+        yield os.environ["VOXSERVE_BENCH_URL"], os.environ.get("VOXSERVE_BENCH_MODEL")
+        return
+    try:
+        from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
+    except ImportError as exc:
+        pytest.skip(f"no running server (VOXSERVE_BENCH_URL) and cannot start one: {exc}")
+    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-custom-voice")
+    log = tmp_path_factory.mktemp("logs") / "serve-bench.log"
+    with speech_server(checkpoint, log_path=log) as url:
+        yield url, SERVED_NAME
+
+
+def test_short_sweep_against_the_cpu_server(server_url, tmp_path):
+    base_url, model = server_url
+    extra = shlex.split(os.environ.get("VOXSERVE_BENCH_ARGS", "--voice ryan"))
+    if model:
+        extra += ["--model", model]
     record = short_sweep(base_url, tmp_path / "live", extra)
     requests = [r for run in record["runs"] for r in run["requests"]]
     assert [s["rate"] for s in record["summaries"]] == [0.5, 1.0] and requests
     completed = [r for r in requests if r["outcome"] == "completed"]
     assert completed, f"no request completed: {[r['error'] for r in requests][:3]}"
-    assert all(sum(r["chunk_audio_bytes"]) > 0 for r in completed)
+    for r in completed:  # fixed length: 5.2 frames per word, 1920 samples (80 ms) per frame, 2 bytes each
+        assert sum(r["chunk_audio_bytes"]) == r["num_frames"] * 1920 * 2

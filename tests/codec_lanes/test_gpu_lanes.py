@@ -245,10 +245,15 @@ def heavy(parts):
 @torch.no_grad()
 def test_urgent_chunk_does_not_wait_behind_a_large_background_batch(parts, heavy):
     idle = statistics.median(heavy.urgent_ms() for _ in range(5))
+    heavy.mgr.take_batch_costs()
     alone = statistics.median(heavy.background_ms() for _ in range(3))
-    busy, overtook = [], []
+    device_ms = [c.seconds * 1000 for c in heavy.mgr.take_batch_costs()]  # CUDA-event time of each batch
+    assert len(device_ms) == 3 and all(0.5 * alone < ms < 1.25 * alone for ms in device_ms)
+    busy, overtook, submit_ms = [], [], []
     for _ in range(5):
-        heavy.submit_background()
+        t = time.perf_counter()
+        heavy.submit_background()  # must only queue work: the host goes on while the batch runs
+        submit_ms.append((time.perf_counter() - t) * 1000)
         time.sleep(0.002)  # the batch is running on the codec partition
         busy.append(heavy.urgent_ms())
         overtook.append(heavy.background_running())
@@ -268,9 +273,11 @@ def test_urgent_chunk_does_not_wait_behind_a_large_background_batch(parts, heavy
         torch.cuda.synchronize()
     busy_median = statistics.median(busy)
     report("urgent_under_background", urgent_idle_ms=idle, background_batch128_alone_ms=alone,
+           background_batch128_device_ms=device_ms,
            urgent_during_background_ms=busy, urgent_during_background_and_lm_load_ms=with_lm,
-           background_still_running_when_urgent_done=overtook)
+           background_still_running_when_urgent_done=overtook, background_submit_host_ms=submit_ms)
     assert all(overtook)
+    assert max(submit_ms) < 0.2 * alone
     assert busy_median < 0.25 * alone
     assert busy_median < max(3 * idle, idle + 2.0)
 

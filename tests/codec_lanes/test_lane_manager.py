@@ -108,6 +108,9 @@ def test_busy_lane_and_bad_batches_are_refused(codec):
     mgr.submit(LaneKind.BACKGROUND, [CodecChunk("b", 0, c), CodecChunk("c", 0, c)])  # the other lane is free
     assert not mgr.is_idle(LaneKind.BACKGROUND)
     assert mgr.poll() == 3 and mgr.is_idle(LaneKind.URGENT) and mgr.is_idle(LaneKind.BACKGROUND)
+    costs = mgr.take_batch_costs()
+    assert sorted((c.lane.value, c.size) for c in costs) == [("background", 2), ("urgent", 1)]
+    assert all(c.seconds > 0 for c in costs) and mgr.take_batch_costs() == []
 
 
 def test_closed_request_drops_audio_and_its_reused_slot_starts_fresh(codec):

@@ -9,6 +9,7 @@ event (`query()`, never a blocking sync), so polling does not stall the LM lane.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +54,10 @@ class CodecLane:
         self.stream = executables.stream  # None on CPU
         self._in_flight: tuple[CodecChunk, ...] = ()
         self._frames = 0
+        self._start: Any = None
         self._done: Any = None
+        self._cpu_seconds = 0.0
+        self.last_batch_seconds = 0.0  # device time of the last harvested batch (staging included)
 
     @property
     def max_batch(self) -> int:
@@ -83,8 +87,10 @@ class CodecLane:
         frames = self.frames_for(chunks)
         exe = self.executables
         if self.stream is None:
+            t = time.perf_counter()
             bucket = exe.plan([c.codes for c in chunks], slots, fresh_slots, frames)
             exe.run(bucket, frames)
+            self._cpu_seconds = time.perf_counter() - t
         else:
             producer = torch.cuda.current_stream(exe.device)
             if any(c.codes.is_cuda for c in chunks):
@@ -93,10 +99,12 @@ class CodecLane:
                     if c.codes.is_cuda:
                         c.codes.record_stream(self.stream)
             with torch.cuda.stream(self.stream):
+                self._start = torch.cuda.Event(enable_timing=True)
+                self._start.record(self.stream)
                 bucket = exe.plan([c.codes for c in chunks], slots, fresh_slots, frames)
                 exe.run(bucket, frames)
-                exe.copy_out(len(chunks), frames)
-                self._done = torch.cuda.Event()
+                exe.copy_out(len(chunks))
+                self._done = torch.cuda.Event(enable_timing=True)
                 self._done.record(self.stream)
         self._in_flight, self._frames = tuple(chunks), frames
 
@@ -118,5 +126,9 @@ class CodecLane:
                           self.executables.wav_host[i, :c.codes.shape[0] * spf].clone(), c.is_last, self.kind)
             for i, c in enumerate(self._in_flight)
         ]
-        self._in_flight, self._done = (), None
+        if self._done is None:
+            self.last_batch_seconds = self._cpu_seconds
+        else:
+            self.last_batch_seconds = self._start.elapsed_time(self._done) / 1000.0
+        self._in_flight, self._start, self._done = (), None, None
         return out

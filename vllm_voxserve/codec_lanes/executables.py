@@ -91,7 +91,8 @@ class CodecExecutables:
         f_i <= frames; rows past f_i and padding rows get code 0. Returns the bucket."""
         n = len(codes)
         bucket = smallest_at_least(self.buckets, n)
-        self.codes_host[:bucket, :frames].zero_()
+        # whole rows only: a strided host<->device copy goes through pageable memory and blocks the host
+        self.codes_host[:bucket].zero_()
         staged_on_device = []
         for i, c in enumerate(codes):
             if c.device.type == "cuda":
@@ -101,7 +102,7 @@ class CodecExecutables:
         self.slots_host[:n] = torch.as_tensor(list(slots), dtype=torch.int64)
         self.slots_host[n:bucket] = self.padding_slot
         if self.device.type == "cuda":
-            self.codes[:bucket, :frames].copy_(self.codes_host[:bucket, :frames], non_blocking=True)
+            self.codes[:bucket].copy_(self.codes_host[:bucket], non_blocking=True)
             self.slots[:bucket].copy_(self.slots_host[:bucket], non_blocking=True)
         for i, c in staged_on_device:
             self.codes[i, :c.shape[0]].copy_(c)
@@ -122,11 +123,10 @@ class CodecExecutables:
             self._eager(bucket, frames)
         return self.wav[:bucket, :frames * self.program.samples_per_frame]
 
-    def copy_out(self, n: int, frames: int) -> None:
-        """Queue the first n rows of the output to pinned host memory (no-op on CPU)."""
+    def copy_out(self, n: int) -> None:
+        """Queue the first n output rows (whole rows, see plan) to pinned host memory; no-op on CPU."""
         if self.device.type == "cuda":
-            width = frames * self.program.samples_per_frame
-            self.wav_host[:n, :width].copy_(self.wav[:n, :width], non_blocking=True)
+            self.wav_host[:n].copy_(self.wav[:n], non_blocking=True)
 
 
 def capture_step_graphs(make_step: Callable[[int], Callable[[], Any]], buckets: Sequence[int], stream: Any,

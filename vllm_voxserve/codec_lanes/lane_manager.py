@@ -62,6 +62,15 @@ class SlotAllocator:
         return len(self._free)
 
 
+@dataclass(frozen=True, slots=True)
+class BatchCost:
+    """One finished codec batch, for the scheduler's cost model: chunks and seconds on the device."""
+
+    lane: LaneKind
+    size: int
+    seconds: float
+
+
 @dataclass(slots=True)
 class _Request:
     slot: int
@@ -86,6 +95,7 @@ class LaneManager:
                                                       n + 1, config.use_graphs, config.background_max_batch),
         }
         self._requests: dict[str, _Request] = {}
+        self._costs: list[BatchCost] = []
 
     def open_request(self, request_id: str) -> None:
         if request_id in self._requests:
@@ -139,6 +149,8 @@ class LaneManager:
         delivered = 0
         for lane in self.lanes.values():
             finished = lane.harvest(block=block)
+            if finished:
+                self._costs.append(BatchCost(lane.kind, len(finished), lane.last_batch_seconds))
             for chunk in finished or ():
                 req = self._requests[chunk.request_id]
                 req.in_flight = None
@@ -148,6 +160,11 @@ class LaneManager:
                     self.on_audio(chunk)
                     delivered += 1
         return delivered
+
+    def take_batch_costs(self) -> list[BatchCost]:
+        """Costs of the batches harvested since the last call."""
+        costs, self._costs = self._costs, []
+        return costs
 
     def drain(self) -> int:
         """Block until no lane has a batch in flight (tests and shutdown)."""

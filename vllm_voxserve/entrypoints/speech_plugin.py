@@ -60,7 +60,7 @@ async def create_speech(raw: Request):
         return _error(400, str(exc))
     chunks = service.synthesize(job, prompt_ids, params)
     fmt = request.response_format
-    if request.stream:
+    if request.streaming:
         return StreamingResponse(_stream_bytes(chunks, fmt), media_type=MEDIA_TYPES[fmt])
     pieces = []
     try:

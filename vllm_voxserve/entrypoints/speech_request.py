@@ -27,6 +27,7 @@ class SpeechRequest(BaseModel):
     response_format: str = "wav"
     speed: float = 1.0
     stream: bool = False
+    stream_format: str | None = None  # OpenAI's: "audio" streams raw audio (as stream=true); "sse" is unsupported
     instructions: str | None = None
     # Qwen3-TTS
     task_type: str | None = None  # CustomVoice | VoiceDesign | Base; must match the served checkpoint
@@ -49,6 +50,10 @@ class SpeechRequest(BaseModel):
     ignore_eos: bool = False  # run to max_new_tokens (fixed length; random-weight models never stop)
     ttfa_slo_ms: float | None = Field(default=None, gt=0)
 
+    @property
+    def streaming(self) -> bool:
+        return self.stream or self.stream_format == "audio"
+
     def check(self, served_models: list[str], checkpoint_kind: str) -> None:
         if self.model is not None and self.model not in served_models:
             raise ValueError(f"model {self.model!r} is not served here; served: {served_models}")
@@ -59,6 +64,8 @@ class SpeechRequest(BaseModel):
         if self.response_format not in RESPONSE_FORMATS:
             raise ValueError(f"response_format {self.response_format!r} is not supported; use one of "
                              f"{list(RESPONSE_FORMATS)}")
+        if self.stream_format not in (None, "audio"):
+            raise ValueError(f"stream_format {self.stream_format!r} is not supported; use \"audio\" (or stream=true)")
         if self.speed != 1.0:
             raise ValueError("speed must be 1.0: this server does not change the speaking rate")
         if self.task_type is not None:

@@ -66,12 +66,11 @@ class SpeechService:
         instruct = request.instructions or ""
         if kind == "voice_design" and not instruct.strip():
             raise ValueError("VoiceDesign needs `instructions` describing the voice")
-        ref_audio = b""
+        ref_audio = decode_reference_audio(request.ref_audio).tobytes() if request.ref_audio else b""
         ref_text_ids: tuple[int, ...] = ()
         if kind == "base":
-            if not request.ref_audio:
+            if not ref_audio:
                 raise ValueError("Base (voice cloning) needs `ref_audio`: base64 or a data URL of a 24 kHz clip")
-            ref_audio = decode_reference_audio(request.ref_audio).tobytes()
             if not request.x_vector_only_mode:
                 if not (request.ref_text or "").strip():
                     raise ValueError("voice cloning needs `ref_text` (the transcript of ref_audio), "

@@ -18,6 +18,9 @@ from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.streams import WaitingRequest
 
 
+_CLOCK_EPSILON_S = 1e-9  # so that float sums of steps that make exactly the limit do not count as past it
+
+
 @dataclass(slots=True)
 class AdmissionDecision:
     admit: list[WaitingRequest] = field(default_factory=list)
@@ -49,8 +52,11 @@ class PrefillAdmission:
         self.costs = costs
         self.deferring_since: float | None = None
 
-    def decide(self, now: float, waiting: Sequence[WaitingRequest], smallest_slack_s: float) -> AdmissionDecision:
-        """`waiting` in arrival order; `smallest_slack_s` over the running requests (inf when none run)."""
+    def decide(
+        self, now: float, waiting: Sequence[WaitingRequest], smallest_slack_s: float, next_step_s: float = 0.0
+    ) -> AdmissionDecision:
+        """`waiting` in arrival order; `smallest_slack_s` over the running requests (inf when none run);
+        `next_step_s`: when the lane will decide next, so that a prefill goes in before it passes the limit."""
         if not waiting:
             self.deferring_since = None
             return AdmissionDecision()
@@ -62,7 +68,7 @@ class PrefillAdmission:
             return AdmissionDecision(admit)
         if self.deferring_since is None:
             self.deferring_since = now
-        if now - self.deferring_since >= self.cfg.max_prefill_deferral_s:
+        if now + next_step_s - self.deferring_since > self.cfg.max_prefill_deferral_s + _CLOCK_EPSILON_S:
             self.deferring_since = None
             return AdmissionDecision([waiting[0]], forced=True)
         return AdmissionDecision(deferred=True)

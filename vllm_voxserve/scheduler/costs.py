@@ -34,26 +34,32 @@ class CostSeed:
     background_codec: LinearCost  # codec partition beside the backbone, by chunks
 
 
-def paper_h100_seed() -> CostSeed:
+def paper_h100_seed(codec_sms: int = 32) -> CostSeed:
     """Qwen3-TTS on one H100 with the 100/32 split.
 
     Codec (paper §2.3, O3): 1.9 ms for 1 chunk and 10 ms for 16 on the whole GPU; 5.0 ms and 49 ms on 24 SMs beside
-    the backbone. The paper gives no 32-SM figure, so the background lane uses the 24-SM line (conservative).
+    the backbone. The paper gives no 32-SM figure: the 24-SM line is scaled by 24 / codec_sms (assumed compute-bound;
+    at 24 SMs a lane would deliver only ≈ 330 chunks/s, short of the ≈ 490 chunks/s of 48 req/s, which the paper's
+    100/32 split serves).
 
     LM step, derived (the paper gives no step time):
     - past capacity the prefill-first LM completes 48 req/s (§4.7), so one request costs ≈ 20.8 ms of LM time;
     - a request is 7.8 s of audio on average (§4.1), 97.5 frames of 80 ms;
-    - with full decode batches of 64 (assumed: the paper names no maximum; its baselines ran 64) and a ≈ 4.4 ms
-      prefill, 20.8 ms = 4.4 ms + 97.5 * t(64) / 64 gives t(64) ≈ 10.8 ms;
-    - the step is launch-bound and nearly flat in batch (notes/qwen3-tts.md measured the depth predictor at 9.0 ms
-      for batch 1 and 9.2 ms for batch 64 on an H200), so t(1) is taken as 8.6 ms.
-    Prefill, assumed: one talker pass over a short prompt plus one depth-predictor frame, 4 ms + 10 µs per token.
+    - prefills are packed (its prefill graphs take 256–2048 tokens, several ≈ 40-token prompts), so a saturated LM
+      spends ≈ 0.9 ms of prefill per request (8 prompts in one 7.2 ms prefill, by the prefill line below);
+    - with full decode batches of 64 (assumed: the paper names no maximum; its baselines ran 64),
+      20.8 ms = 0.9 ms + 97.5 * t(64) / 64 gives t(64) ≈ 13.1 ms;
+    - the step is launch-bound (notes/qwen3-tts.md measured the depth predictor alone at 9.0 ms for batch 1 and
+      9.2 ms for batch 64 on an H200), so t(1) is taken as 8.6 ms.
+    Prefill, assumed: one talker pass over the packed prompts plus one depth-predictor frame, 4 ms + 10 µs per token.
     """
+    if codec_sms < 1:
+        raise ValueError(f"codec_sms must be >= 1, got {codec_sms}")
     return CostSeed(
-        decode=LinearCost.through(1, 8.6e-3, 64, 10.8e-3),
+        decode=LinearCost.through(1, 8.6e-3, 64, 13.1e-3),
         prefill=LinearCost(4.0e-3, 1.0e-5),
         urgent_codec=LinearCost.through(1, 1.9e-3, 16, 10.0e-3),
-        background_codec=LinearCost.through(1, 5.0e-3, 16, 49.0e-3),
+        background_codec=LinearCost.through(1, 5.0e-3 * 24 / codec_sms, 16, 49.0e-3 * 24 / codec_sms),
     )
 
 

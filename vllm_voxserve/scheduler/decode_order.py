@@ -8,20 +8,18 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
-from vllm_voxserve.scheduler.costs import CostModel
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.slack import generating, stream_slack
+from vllm_voxserve.scheduler.slack import generating
 from vllm_voxserve.scheduler.streams import StreamState
 
 
 def decode_order(
-    streams: Iterable[StreamState], now: float, costs: CostModel, cfg: SchedulerPolicyConfig
+    streams: Iterable[StreamState], slack: Mapping[str, float], cfg: SchedulerPolicyConfig
 ) -> list[str]:
-    """Request ids for the next decode step, most pressing first, at most `max_decode_batch`."""
+    """Request ids for the next decode step, at most `max_decode_batch`; `slack` by request id (see `slack.slacks`)."""
     active = sorted(generating(streams), key=lambda s: (s.arrival_time, s.request_id))
     if cfg.deadline_aware and len(active) > cfg.max_decode_batch:
-        batch = cfg.max_decode_batch
-        active.sort(key=lambda s: stream_slack(s, now, batch, costs, cfg))  # stable: ties keep arrival order
+        active.sort(key=lambda s: slack[s.request_id])  # stable: ties keep arrival order
     return [s.request_id for s in active[: cfg.max_decode_batch]]

@@ -1,7 +1,14 @@
 """One scheduling decision per engine step: plain data in, plain data out, the clock passed in.
 
-The vLLM scheduler adapter (or the simulation) calls `on_arrival` for each new request and `plan_step` whenever
-a lane can take work; it feeds measured costs back with `observe`.
+Protocol for the caller (the vLLM scheduler adapter, or the simulation), all times on one monotonic clock:
+1. New request: `on_arrival(now, WaitingRequest, streams, waiting)`; a `Rejection` means answer HTTP 503 with
+   `Retry-After: ceil(retry_after_s)` and the reason; otherwise append it to `waiting` (arrival order).
+2. After each LM step / codec batch: `StreamState.apply(RequestProgress)` per request, `observe(StepReport)`.
+3. Whenever a lane can take work: `plan_step(now, streams, waiting, lanes, lm_free)`. With `lm_free=True` (once
+   per LM step, when the LM lane is about to run its next step) it also says which waiting requests to prefill
+   (`admit`: move them to `streams` with `StreamState.admitted`), which to reject (503), and which running requests
+   the decode step takes. `urgent` / `background` are batches to launch now on an idle codec lane; mark their
+   requests `chunk_in_flight` until the audio is out. Call again by `wake_at` even if nothing else happens.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from vllm_voxserve.scheduler.decode_order import decode_order
 from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.report import LaneBacklog, StepReport
-from vllm_voxserve.scheduler.slack import generating, min_slack
+from vllm_voxserve.scheduler.slack import generating, min_slack, slacks
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest
 from vllm_voxserve.scheduler.urgency import ReadyChunk, ready_chunks, split_by_urgency, urgent_batch
 
@@ -38,16 +45,17 @@ class Planner:
         self.costs = costs or CostModel()
         self.admission = PrefillAdmission(self.cfg, self.costs)
         self.overload = OverloadGuard(self.cfg, self.costs)
+        self._last_lm_step_at: float | None = None  # when the last plan that started an LM step was made
 
     def observe(self, report: StepReport) -> None:
         for sample in report.costs:
             self.costs.observe(sample)
 
     def on_arrival(
-        self, request: WaitingRequest, streams: Sequence[StreamState], waiting: Sequence[WaitingRequest]
+        self, now: float, request: WaitingRequest, streams: Sequence[StreamState], waiting: Sequence[WaitingRequest]
     ) -> Rejection | None:
-        """None to queue the request; a Rejection to answer 503 at once."""
-        return self.overload.check_arrival(request, streams, waiting)
+        """None to queue the request; a Rejection to answer 503 (with Retry-After) at once."""
+        return self.overload.check_arrival(now, request, streams, waiting)
 
     def plan_step(
         self,
@@ -60,7 +68,10 @@ class Planner:
         """`waiting` in arrival order. LM fields are filled only when `lm_free`; a codec lane's only when idle."""
         plan = StepPlan()
         if lm_free:
+            if self._last_lm_step_at is not None:
+                self.overload.observe_step_interval(now - self._last_lm_step_at)
             self._plan_lm(now, streams, waiting, plan)
+            self._last_lm_step_at = now if plan.admit or plan.decode else None
         self._plan_codec(now, streams, waiting, lanes, plan)
         return plan
 
@@ -70,12 +81,14 @@ class Planner:
         active = generating(streams)
         plan.reject = self.overload.shed_waiting(now, waiting, len(active))
         rejected = {r.request_id for r in plan.reject}
-        candidates = [w for w in waiting if w.request_id not in rejected]
-        decision = self.admission.decide(now, candidates, min_slack(active, now, self.costs, self.cfg))
+        candidates = [w for w in waiting if w.request_id not in rejected] if rejected else waiting
+        slack = slacks(active, now, self.costs, self.cfg)
+        next_step_s = self.overload.step_s(len(active))
+        decision = self.admission.decide(now, candidates, min_slack(slack.values(), self.cfg), next_step_s)
         plan.admit = [w.request_id for w in decision.admit]
         plan.prefill_deferred = decision.deferred
         plan.wake_at = self.admission.deferral_deadline()
-        plan.decode = decode_order(active, now, self.costs, self.cfg)
+        plan.decode = decode_order(active, slack, self.cfg)
 
     def _plan_codec(
         self,

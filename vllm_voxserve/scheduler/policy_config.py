@@ -24,18 +24,20 @@ class SchedulerPolicyConfig:
     # codec routing
     urgent_margin_s: float = 0.1  # δu
     background_min_batch: int = 8  # B
-    background_max_batch: int = 16  # largest background executable
+    background_max_batch: int = 32  # largest background executable (codec graphs at powers of two)
     urgent_max_batch: int = 8  # largest urgent executable
     early_launch_slack_s: float = 0.1  # launch a small background batch once the earliest chunk has less slack
     # LM lane
     max_decode_batch: int = 64
-    max_prefills_per_step: int = 4  # prefill-first: how many waiting requests one step may prefill
+    max_prefills_per_step: int = 8  # waiting requests one prefill may pack (within max_prefill_tokens)
     max_prefill_tokens: int = 2048
     max_prefill_deferral_s: float = 0.1
     admission_mode: str = "deadline_aware"
+    count_late_requests: bool = False  # True: the paper's literal rule, where already-late requests also defer
     # overload
     overload_mode: str = "reject"
-    backlog_horizon_s: float = 1.0  # admit while the admitted LM work fits in this many seconds
+    demand_horizons_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)  # windows the frame demand is checked over
+    capacity_headroom: float = 0.85  # share of the LM's frame rate that admitted streams may need
     min_retry_after_s: float = 1.0
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
     # SM split (LM lane SMs / background codec lane SMs); urgent and prefill work use the whole GPU
@@ -43,13 +45,17 @@ class SchedulerPolicyConfig:
     codec_sms: int = 32
 
     def __post_init__(self) -> None:
-        _positive(self, "ttfa_target_s", "frame_duration_s", "urgent_margin_s", "backlog_horizon_s")
+        _positive(self, "ttfa_target_s", "frame_duration_s", "urgent_margin_s")
         _non_negative(self, "early_launch_slack_s", "max_prefill_deferral_s", "min_retry_after_s")
         _at_least_one(
             self, "chunk_frames", "first_chunk_frames", "background_min_batch", "background_max_batch",
             "urgent_max_batch", "max_decode_batch", "max_prefills_per_step", "max_prefill_tokens",
             "default_expected_frames", "lm_sms", "codec_sms",
         )
+        if not self.demand_horizons_s or any(not h > 0 for h in self.demand_horizons_s):
+            raise ValueError(f"demand_horizons_s must be positive seconds, got {self.demand_horizons_s!r}")
+        if not 0 < self.capacity_headroom <= 1:
+            raise ValueError(f"capacity_headroom must be in (0, 1], got {self.capacity_headroom!r}")
         if self.background_min_batch > self.background_max_batch:
             raise ValueError(
                 f"background_min_batch ({self.background_min_batch}) exceeds background_max_batch "
@@ -71,6 +77,8 @@ class SchedulerPolicyConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown scheduler policy keys: {unknown}")
+        if "demand_horizons_s" in values:
+            values["demand_horizons_s"] = tuple(float(h) for h in values["demand_horizons_s"])
         return cls(**values)
 
     def replace(self, **changes: Any) -> "SchedulerPolicyConfig":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.report import RequestProgress
-from vllm_voxserve.scheduler.timeline import ChunkSchedule, PlaybackTimeline
+from vllm_voxserve.scheduler.timeline import ChunkSchedule, PlaybackTimeline, chunk_deadline
 
 
 @dataclass(slots=True)
@@ -54,6 +55,9 @@ class StreamState:
     def timeline(self, cfg: SchedulerPolicyConfig) -> PlaybackTimeline:
         return PlaybackTimeline(schedule_of(cfg), self.arrival_time, cfg.ttfa_target_s, self.first_audio_time)
 
+    def deadline(self, chunk: int, cfg: SchedulerPolicyConfig) -> float:
+        return chunk_deadline(schedule_of(cfg), chunk, self.arrival_time, cfg.ttfa_target_s, self.first_audio_time)
+
     def remaining_frames(self, cfg: SchedulerPolicyConfig) -> int:
         if self.generation_done:
             return 0
@@ -62,6 +66,7 @@ class StreamState:
         return max(expected - self.frames_generated, 1)
 
 
+@functools.lru_cache(maxsize=64)
 def schedule_of(cfg: SchedulerPolicyConfig) -> ChunkSchedule:
     return ChunkSchedule(cfg.first_chunk_frames, cfg.chunk_frames, cfg.frame_duration_s)
 

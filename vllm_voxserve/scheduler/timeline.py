@@ -66,13 +66,15 @@ class PlaybackTimeline:
     first_audio_time: float | None = None
 
     def deadline(self, chunk: int) -> float:
-        """When chunk `chunk` must have been delivered.
+        """When chunk `chunk` must have been delivered."""
+        return chunk_deadline(self.schedule, chunk, self.arrival_time, self.ttfa_target_s, self.first_audio_time)
 
-        Before the first audio is known, later chunks are dated from the latest playback start that still meets T.
-        """
-        if chunk == 0:
-            return self.arrival_time + self.ttfa_target_s
-        start = self.first_audio_time
-        if start is None:
-            start = self.arrival_time + self.ttfa_target_s
-        return start + self.schedule.audio_before(chunk)
+
+def chunk_deadline(
+    schedule: ChunkSchedule, chunk: int, arrival_time: float, ttfa_target_s: float, first_audio_time: float | None
+) -> float:
+    """Before the first audio is known, later chunks are dated from the latest playback start that still meets T."""
+    if chunk == 0:
+        return arrival_time + ttfa_target_s
+    start = first_audio_time if first_audio_time is not None else arrival_time + ttfa_target_s
+    return start + schedule.audio_before(chunk)

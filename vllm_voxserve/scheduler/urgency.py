@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.streams import StreamState, schedule_of
+from vllm_voxserve.scheduler.timeline import chunk_deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,8 @@ def ready_chunks(streams: Iterable[StreamState], cfg: SchedulerPolicyConfig) -> 
             continue
         end = min(schedule.end_frame(index), stream.frames_generated)
         frames = end - schedule.start_frame(index)
-        ready.append(ReadyChunk(stream.request_id, index, stream.timeline(cfg).deadline(index), frames))
+        deadline = chunk_deadline(schedule, index, stream.arrival_time, cfg.ttfa_target_s, stream.first_audio_time)
+        ready.append(ReadyChunk(stream.request_id, index, deadline, frames))
     return ready
 
 

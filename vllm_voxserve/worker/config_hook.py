@@ -24,6 +24,9 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
         parallel = vllm_config.parallel_config
         if parallel.worker_cls == "auto":
             parallel.worker_cls = CPU_WORKER if current_platform.is_cpu() else GPU_WORKER
+        # vLLM must not treat the text tokenizer's ids (<|im_end|> = 151645 ...) as stop tokens of a 3072-id codec
+        # vocabulary: the endpoint tokenizes text itself and stops on the codec EOS.
+        vllm_config.model_config.skip_tokenizer_init = True
         # Prompts are placeholder ids of the plan's length: equal ids do not mean equal prompts.
         vllm_config.cache_config.enable_prefix_caching = False
         logger.info("voxserve: worker %s, config %s", parallel.worker_cls, config.to_dict())

@@ -14,7 +14,9 @@ from vllm_voxserve.worker.runtime import SpeechRuntime
 from vllm_voxserve.worker.step_layout import StepLayout
 
 
-class VoxServeCPUModelRunner(CPUModelRunner):
+class V1SpeechHooks:
+    """Mixin for a V1 model runner class (CPU or GPU)."""
+
     speech: SpeechRuntime | None = None
 
     def load_model(self, *args, **kwargs) -> None:
@@ -44,3 +46,7 @@ class VoxServeCPUModelRunner(CPUModelRunner):
         output = super()._model_forward(*args, **kwargs)
         self.speech.after_forward()
         return output
+
+
+class VoxServeCPUModelRunner(V1SpeechHooks, CPUModelRunner):
+    pass

@@ -1,6 +1,7 @@
 """Config round-trip, the checkpoint maker's layout, and the loader (single file and shards)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -28,6 +29,18 @@ def test_maker_config_is_the_released_one_and_round_trips(name):
     made = official_config(*RELEASED[name])
     assert json.dumps(made) == json.dumps(released)  # same keys, same order, same values
     assert Qwen3TTSConfig.from_dict(released).to_dict() == released
+
+
+def test_config_loads_through_autoconfig_and_saves_the_official_layout(tmp_path):
+    from transformers import AutoConfig
+
+    AutoConfig.register("qwen3_tts", Qwen3TTSConfig, exist_ok=True)
+    layout = official_config("tiny", "base")
+    (tmp_path / "config.json").write_text(json.dumps(layout))
+    config = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(config, Qwen3TTSConfig) and config.to_dict() == layout
+    config.save_pretrained(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config.json").read_text()) == layout
 
 
 def test_config_attributes_and_validation():
@@ -73,13 +86,29 @@ def test_maker_writes_the_official_layout(tiny_bf16):
                      "talker.code_predictor.small_to_mtp_projection.bias"):
         assert expected in names, expected
     assert state["talker.model.text_embedding.weight"].shape == (151936, 64)
+    if importlib.util.find_spec("vllm_voxserve.models.qwen3_tts.codec.checkpoint"):
+        assert (tiny_bf16 / "speech_tokenizer" / "config.json").exists()
+    if importlib.util.find_spec("vllm_voxserve.models.qwen3_tts.tokenizer"):
+        assert (tiny_bf16 / "vocab.json").exists() and (tiny_bf16 / "merges.txt").exists()
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("vllm_voxserve.models.qwen3_tts.codec.speaker_encoder"),
+                    reason="the codec engineer's speaker encoder is not there")
+def test_base_checkpoint_carries_the_speaker_encoder(tmp_path):
+    path = make_checkpoint(tmp_path / "base", "tiny", "base", "float32", seed=4, with_codec_and_tokenizer=False)
+    state = load_file(str(path / "model.safetensors"))
+    assert any(k.startswith("speaker_encoder.") for k in state)
+    model = load_talker_side(path, dtype=torch.float32)
+    loaded = dict(model.speaker_encoder.state_dict())
+    assert all(torch.equal(loaded[k[len("speaker_encoder."):]], v) for k, v in state.items()
+               if k.startswith("speaker_encoder."))
 
 
 def test_maker_is_deterministic_per_seed(tmp_path, tiny_bf16):
-    again = load_file(str(make_checkpoint(tmp_path / "a", "tiny", "custom_voice", "bfloat16", seed=1)
-                          / "model.safetensors"))
-    other = load_file(str(make_checkpoint(tmp_path / "b", "tiny", "custom_voice", "bfloat16", seed=2)
-                          / "model.safetensors"))
+    again = load_file(str(make_checkpoint(tmp_path / "a", "tiny", "custom_voice", "bfloat16", seed=1,
+                                          with_codec_and_tokenizer=False) / "model.safetensors"))
+    other = load_file(str(make_checkpoint(tmp_path / "b", "tiny", "custom_voice", "bfloat16", seed=2,
+                                          with_codec_and_tokenizer=False) / "model.safetensors"))
     first = load_file(str(tiny_bf16 / "model.safetensors"))
     assert all(torch.equal(first[k], again[k]) for k in first)
     assert not torch.equal(first["talker.codec_head.weight"], other["talker.codec_head.weight"])

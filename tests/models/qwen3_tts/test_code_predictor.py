@@ -146,3 +146,27 @@ def test_predict_frame_captures_in_one_cuda_graph(talker):
     torch.cuda.synchronize()
     assert torch.equal(greedy_out, eager)
     assert ((sampled_out >= 0) & (sampled_out < 2048)).all()
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_talker_rules_and_sampling_capture_in_a_cuda_graph():
+    rules = TalkerGenerationRules.from_tables(PromptTables.from_config(official_config("tiny", "custom_voice")))
+    suppressed = suppression_mask(rules, 3072, "cuda")
+    seen = seen_mask([[1, 2], [3]], 3072, "cuda")
+    logits = torch.randn(2, 3072, device="cuda")
+    num_generated = torch.tensor([0, 5], device="cuda")
+    params = (full(2, 0.9, "cuda"), full(2, 50, "cuda"), full(2, 0.8, "cuda"))
+
+    def step():
+        processed = apply_talker_rules(logits, rules, num_generated, suppressed, seen, 1.05)
+        return processed, sample(processed, *params)
+
+    eager_logits, _ = step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_logits, ids = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(graph_logits, eager_logits)
+    assert torch.isfinite(graph_logits.gather(1, ids[:, None])).all()

@@ -94,8 +94,10 @@ def randomize_(module: torch.nn.Module, generator: torch.Generator, head_gain: f
                 param.copy_(std * torch.randn(param.shape, generator=generator))
 
 
-def make_checkpoint(out: str | Path, size: str, kind: str, dtype: str = "bfloat16", seed: int = 0) -> Path:
-    """Write the checkpoint folder; returns its path."""
+def make_checkpoint(out: str | Path, size: str, kind: str, dtype: str = "bfloat16", seed: int = 0,
+                    with_codec_and_tokenizer: bool = True) -> Path:
+    """Write the checkpoint folder; returns its path. `with_codec_and_tokenizer=False` writes only the talker side
+    (config.json, generation_config.json, model.safetensors), e.g. for tests that need nothing else."""
     from safetensors.torch import save_file
 
     from .configuration import Qwen3TTSConfig
@@ -117,10 +119,12 @@ def make_checkpoint(out: str | Path, size: str, kind: str, dtype: str = "bfloat1
     randomize_(model.talker, torch.Generator().manual_seed(seed))
     state = {k: v.detach().to(torch_dtype).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
+    # save_pretrained writes these two keys into every hub config.json; vLLM picks the model class by the first
+    saved = {"architectures": ["Qwen3TTSForConditionalGeneration"], **config_dict, "torch_dtype": dtype}
+    (out / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
     _call_if_present("vllm_voxserve.models.qwen3_tts.codec.checkpoint", "make_random_speech_tokenizer",
-                     out / "speech_tokenizer", size, seed, torch_dtype)
+                     out / "speech_tokenizer", "tiny" if size == "tiny" else "full", seed, torch_dtype)
     _call_if_present("vllm_voxserve.models.qwen3_tts.tokenizer", "write_tokenizer_files", out)
     return out
 
@@ -131,9 +135,17 @@ def _speaker_encoder(config, seed: int):
         module = importlib.import_module("vllm_voxserve.models.qwen3_tts.codec.speaker_encoder")
     except ModuleNotFoundError:
         return None
+    return build_speaker_encoder(module, config, seed)
+
+
+def build_speaker_encoder(module, config, seed: int | None = None):
+    """`SpeakerEncoder` from our config (its own config class reads the official dict); seeded default init."""
+    encoder_config = module.SpeakerEncoderConfig.from_dict(config.speaker_encoder_config.to_dict())
+    if seed is None:
+        return module.SpeakerEncoder(encoder_config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 1)
-        return module.SpeakerEncoder(config.speaker_encoder_config)
+        return module.SpeakerEncoder(encoder_config)
 
 
 def _call_if_present(module_name: str, function: str, *args) -> bool:

@@ -71,15 +71,17 @@ class CodePredictor(nn.Module):
 
     def predict_frame(self, talker_hidden: torch.Tensor, c0: torch.Tensor, temperature: torch.Tensor | None = None,
                       top_k: torch.Tensor | None = None, top_p: torch.Tensor | None = None,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+                      generator: torch.Generator | None = None, uniform: torch.Tensor | None = None) -> torch.Tensor:
         """talker_hidden [B,H] (final-norm talker state that produced c0), c0 [B] -> codes [B,15] for codebooks 1..15.
 
-        temperature/top_k/top_p: per-row tensors [B]; temperature None (or <= 0 in a row) means greedy."""
-        codes, _ = self.run_frame(talker_hidden, c0, temperature, top_k, top_p, generator)
+        temperature/top_k/top_p: per-row tensors [B]; temperature None (or <= 0 in a row) means greedy.
+        uniform [B,15,V] in (0,1): the draws of sampled rows, given instead of the RNG (per-request seeded noise
+        makes a request's codes independent of the batch it runs in)."""
+        codes, _ = self.run_frame(talker_hidden, c0, temperature, top_k, top_p, generator, uniform=uniform)
         return codes
 
     def run_frame(self, talker_hidden, c0, temperature=None, top_k=None, top_p=None, generator=None,
-                  forced_codes: torch.Tensor | None = None):
+                  forced_codes: torch.Tensor | None = None, uniform: torch.Tensor | None = None):
         """`predict_frame` plus the logits [B,15,V] of each step; forced_codes [B,15] feeds given codes instead of
         the picked ones (teacher forcing through the incremental path, for tests)."""
         cfg = self.config
@@ -99,7 +101,8 @@ class CodePredictor(nn.Module):
                 h = _layer_step(layer, h, cos[:, pos:pos + t], sin[:, pos:pos + t], k_buf, v_buf, pos,
                                 visible[pos:pos + t])
             logits = self.lm_head[step](self.model.norm(h[:, -1]))
-            code = sample(logits.float(), temperature, top_k, top_p, generator)
+            code = sample(logits.float(), temperature, top_k, top_p, generator,
+                          uniform=None if uniform is None else uniform[:, step])
             logits_all.append(logits)
             picked.append(code)
             pos += t

@@ -19,13 +19,17 @@ MODEL_TYPE = "qwen3_tts"
 MODEL_KINDS = ("custom_voice", "voice_design", "base")
 
 # transformers keys that are not part of the official layout and are never written back
-_HF_BOOKKEEPING = ("transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype")
+_HF_BOOKKEEPING = ("transformers_version", "_name_or_path", "name_or_path", "architectures", "dtype",
+                   "torch_dtype")
 
 
 class _OfficialLayoutConfig(PretrainedConfig):
     """Keeps the official keys (`_official_keys`) and serialises exactly them, sub-configs recursively."""
 
     _sub_config_keys: tuple[str, ...] = ()
+
+    # Defaults, for keys a config.json lacks, are the released 12 Hz values (the official classes' defaults are
+    # those of an older layout: codec ids 4196.., 32 code groups).
 
     def _remember(self, given: dict[str, Any]) -> None:
         object.__setattr__(self, "_official_keys", [k for k in given if k not in _HF_BOOKKEEPING])
@@ -83,7 +87,7 @@ class Qwen3TTSCodePredictorConfig(_OfficialLayoutConfig):
     def __init__(self, vocab_size=2048, hidden_size=1024, intermediate_size=3072, num_hidden_layers=5,
                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, hidden_act="silu",
                  max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000, rope_scaling=None,
-                 attention_bias=False, num_code_groups=32, layer_types=None, **kwargs):
+                 attention_bias=False, num_code_groups=16, layer_types=None, **kwargs):
         order = list(kwargs.pop("_key_order", ()))
         super().__init__(**kwargs)
         self.vocab_size, self.hidden_size, self.intermediate_size = vocab_size, hidden_size, intermediate_size
@@ -103,9 +107,9 @@ class Qwen3TTSTalkerConfig(_OfficialLayoutConfig):
     def __init__(self, code_predictor_config=None, vocab_size=3072, hidden_size=1024, intermediate_size=2048,
                  num_hidden_layers=20, num_attention_heads=16, num_key_value_heads=2, head_dim=None,
                  hidden_act="silu", max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000,
-                 rope_scaling=None, attention_bias=False, num_code_groups=32, text_hidden_size=2048,
-                 text_vocab_size=151936, codec_eos_token_id=4198, codec_think_id=4202, codec_nothink_id=4203,
-                 codec_think_bos_id=4204, codec_think_eos_id=4205, codec_pad_id=4196, codec_bos_id=4197,
+                 rope_scaling=None, attention_bias=False, num_code_groups=16, text_hidden_size=2048,
+                 text_vocab_size=151936, codec_eos_token_id=2150, codec_think_id=2154, codec_nothink_id=2155,
+                 codec_think_bos_id=2156, codec_think_eos_id=2157, codec_pad_id=2148, codec_bos_id=2149,
                  spk_id=None, spk_is_dialect=None, codec_language_id=None, **kwargs):
         order = list(kwargs.pop("_key_order", ()))
         super().__init__(**kwargs)
@@ -175,9 +179,21 @@ class Qwen3TTSConfig(_OfficialLayoutConfig):
                              f"talker hidden_size ({talker_config.hidden_size}) for Base models")
 
     @classmethod
-    def from_dict(cls, config_dict: dict[str, Any], **kwargs) -> "Qwen3TTSConfig":
-        merged = {**config_dict, **kwargs}
-        return cls(**merged, _key_order=list(merged))
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        """As `PretrainedConfig.from_dict`: kwargs naming attributes override them, the rest are returned unused
+        when `return_unused_kwargs=True`; the official keys of `config_dict` are what `to_dict()` writes back."""
+        return_unused = kwargs.pop("return_unused_kwargs", False)
+        name_or_path = kwargs.pop("name_or_path", None)
+        config = cls(**config_dict, _key_order=list(config_dict))
+        unused = {}
+        for key, value in kwargs.items():
+            if key in ("attn_implementation", "dtype", "torch_dtype") or hasattr(config, key):
+                setattr(config, "_attn_implementation" if key == "attn_implementation" else key, value)
+            else:
+                unused[key] = value
+        if name_or_path is not None:
+            config._name_or_path = str(name_or_path)
+        return (config, unused) if return_unused else config
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> "Qwen3TTSConfig":

@@ -71,8 +71,10 @@ def load_talker_side(path: str | Path, dtype: torch.dtype = torch.bfloat16, devi
 
 
 def _build_speaker_encoder(config: Qwen3TTSConfig) -> nn.Module | None:
+    from .checkpoint import build_speaker_encoder
+
     try:
         module = importlib.import_module("vllm_voxserve.models.qwen3_tts.codec.speaker_encoder")
     except ModuleNotFoundError:
         return None
-    return module.SpeakerEncoder(config.speaker_encoder_config)
+    return build_speaker_encoder(module, config)

@@ -32,10 +32,9 @@ def seen_mask(generated: list[list[int]], vocab_size: int, device=None) -> torch
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor | float) -> torch.Tensor:
-    """HF rule on the seen ids: negative scores times the penalty, others divided by it."""
-    penalty = torch.as_tensor(penalty, dtype=logits.dtype, device=logits.device)
-    if penalty.dim() == 1:
-        penalty = penalty[:, None]
+    """HF rule on the seen ids: negative scores times the penalty, others divided by it (penalty: float or [B])."""
+    if isinstance(penalty, torch.Tensor) and penalty.dim() == 1:
+        penalty = penalty.to(logits.dtype)[:, None]
     penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
     return torch.where(seen, penalised, logits)
 
@@ -47,34 +46,32 @@ def apply_talker_rules(logits: torch.Tensor, rules: TalkerGenerationRules, num_g
     out = logits.float()
     if seen is not None:
         out = apply_repetition_penalty(out, seen, repetition_penalty)
-    neg_inf = torch.tensor(float("-inf"), dtype=out.dtype, device=out.device)
+    # masked_fill with a Python scalar: no host-to-device copy, so this also runs under CUDA graph capture
     too_early = (num_generated < rules.min_new_tokens)[:, None]
-    is_eos = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
-    is_eos[rules.eos_id] = True
-    out = torch.where(too_early & is_eos, neg_inf, out)
-    return torch.where(suppressed, neg_inf, out)
+    is_eos = torch.arange(out.shape[-1], device=out.device) == rules.eos_id
+    return out.masked_fill(too_early & is_eos, float("-inf")).masked_fill(suppressed, float("-inf"))
 
 
 def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """HF Temperature -> TopK (k <= 0: off; keeps ties with the k-th) -> TopP (p >= 1: off; keeps >= 1 token)."""
     vocab = logits.shape[-1]
-    neg_inf = torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device)
     temp = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).to(logits.dtype)
     out = logits / temp[:, None]
     k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)).clamp(max=vocab)
     kth = out.sort(dim=-1, descending=True).values.gather(1, (k - 1)[:, None].long())
-    out = torch.where(out < kth, neg_inf, out)
+    out = out.masked_fill(out < kth, float("-inf"))
     sorted_logits, sorted_idx = out.sort(dim=-1, descending=False)
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
     remove_sorted = cum <= (1 - top_p.to(cum.dtype))[:, None]
     remove_sorted[:, -1] = False
     remove_sorted &= (top_p < 1)[:, None]
     remove = torch.zeros_like(remove_sorted).scatter(1, sorted_idx, remove_sorted)
-    return torch.where(remove, neg_inf, out)
+    return out.masked_fill(remove, float("-inf"))
 
 
 def sample(logits: torch.Tensor, temperature: torch.Tensor | None = None, top_k: torch.Tensor | None = None,
-           top_p: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+           top_p: torch.Tensor | None = None, generator: torch.Generator | None = None,
+           uniform: torch.Tensor | None = None) -> torch.Tensor:
     """logits [B,V] (already processed) -> ids [B]. temperature None: all greedy; rows with temperature <= 0 greedy.
 
     Sampled rows draw with `torch.multinomial` as HF does, so a seeded CPU run consumes the RNG identically."""
@@ -87,7 +84,10 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor | None = None, top_k:
     if top_p is None:
         top_p = torch.ones(b, dtype=logits.dtype, device=logits.device)
     probs = warp(logits.float(), temperature, top_k, top_p).softmax(dim=-1)
-    drawn = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    if uniform is None:
+        drawn = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    else:  # exponential race: argmax p_i / E_i with E_i = -log U_i picks i with probability p_i
+        drawn = (probs / -torch.log(uniform.to(probs.dtype))).argmax(dim=-1)
     return torch.where(temperature > 0, drawn, greedy)
 
 

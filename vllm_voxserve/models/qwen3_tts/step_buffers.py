@@ -30,6 +30,7 @@ class ServedRequest:
     cp_temperature: float
     cp_top_k: int
     cp_top_p: float
+    seed: int  # the code predictor's draws for frame k come from (seed, k): independent of the batch
     failed: str | None = None
 
     def decode_text_id(self, step: int) -> int:
@@ -58,11 +59,13 @@ class StepBuffers:
         self.cp_temperature = torch.zeros(max_tokens, dtype=torch.float32, **kw)
         self.cp_top_k = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.cp_top_p = torch.ones(max_tokens, dtype=torch.float32, **kw)
+        self.seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.frame_index = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.suppress_eos = torch.zeros(max_tokens, dtype=torch.bool, **kw)  # per request row of compute_logits
         # Outputs of the forward: the hidden state stash (one row per slot + scratch) and each row's frame codes.
         self.stash = torch.zeros(max_slots + 1, hidden_size, dtype=dtype, **kw)
         self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
-        self._host_ints = np.zeros((5, max_tokens), dtype=np.int64)
+        self._host_ints = np.zeros((7, max_tokens), dtype=np.int64)
         self._host_floats = np.zeros((2, max_tokens), dtype=np.float32)
 
     def fill(self, layout: StepLayout, requests: dict[str, ServedRequest]) -> list[DecodeRow]:
@@ -74,13 +77,17 @@ class StepBuffers:
         ints[:, : n + 1] = 0
         ints[3, : n + 1] = self.scratch_slot
         floats[0, : n + 1], floats[1, : n + 1] = 0.0, 1.0
-        text_ids, is_decode, read_slot, write_slot, suppress = ints
+        text_ids, is_decode, read_slot, write_slot, suppress = ints[:5]
         decode_rows: list[DecodeRow] = []
         row = 0
         for index, (req_id, count, start) in enumerate(
             zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True)
         ):
-            req = requests[req_id]
+            req = requests.get(req_id)
+            if req is None:  # a warm-up or dummy batch of vLLM's: rows compute nothing that is kept
+                suppress[index] = 0
+                row += count
+                continue
             read_slot[row : row + count] = req.slot
             write_slot[row + count - 1] = req.slot  # the last row's hidden state feeds the next frame
             suppress[index] = req.fixed_length
@@ -92,6 +99,7 @@ class StepBuffers:
                 is_decode[row] = 1
                 floats[0, row], floats[1, row] = req.cp_temperature, req.cp_top_p
                 ints[4, row] = req.cp_top_k
+                ints[5, row], ints[6, row] = req.seed, step
                 decode_rows.append(DecodeRow(row, req_id, step))
             else:
                 stop = min(start + count, req.prompt_len)
@@ -109,6 +117,8 @@ class StepBuffers:
             (self.read_slot, read_slot),
             (self.write_slot, write_slot),
             (self.cp_top_k, ints[4]),
+            (self.seed, ints[5]),
+            (self.frame_index, ints[6]),
         ):
             buf[:width].copy_(torch.from_numpy(src[:width]).to(buf.dtype), non_blocking=True)
         self.suppress_eos[:width].copy_(torch.from_numpy(suppress[:width].astype(bool)), non_blocking=True)

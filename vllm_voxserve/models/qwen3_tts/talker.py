@@ -217,7 +217,7 @@ def embed_plan(plan: InputPlan, text_projection: TextProjection, text_embedding:
     if speaker_rows:
         if x_vector is None:
             raise ValueError("this plan has a speaker slot: pass the x-vector [H]")
-        codec[speaker_rows] = x_vector.to(codec.dtype).reshape(1, -1)
+        codec[speaker_rows] = x_vector.to(device=device, dtype=codec.dtype).reshape(1, -1)
     frame_rows = [i for i, k in enumerate(kinds) if k == CodecKind.REF_FRAME]
     if frame_rows:
         frames = [plan.codec[i].value for i in frame_rows]

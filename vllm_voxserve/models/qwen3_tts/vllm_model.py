@@ -8,6 +8,7 @@ reference modules, reused as they are.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.seeded_noise import uniform_noise
 from vllm_voxserve.worker.step_layout import StepLayout
 
 from .code_predictor import CodePredictor
@@ -110,8 +112,9 @@ class Qwen3TTSForVllm(nn.Module):
         prefill, _ = embed_plan(plan, talker.text_projection, talker.model.text_embedding,
                                 talker.model.codec_embedding, talker.code_predictor.model.codec_embedding)
         cp = job.code_predictor
+        seed = job.seed if job.seed is not None else int.from_bytes(os.urandom(4), "little")
         req = ServedRequest(req_id, self._free_slots.pop(), prompt_len, prefill, plan.trailing_text_ids,
-                            plan.tts_pad_id, job.fixed_length, cp.temperature, cp.top_k, cp.top_p)
+                            plan.tts_pad_id, job.fixed_length, cp.temperature, cp.top_k, cp.top_p, seed)
         self.requests[req_id] = req
         return req
 
@@ -121,7 +124,7 @@ class Qwen3TTSForVllm(nn.Module):
         zeros = torch.zeros(prompt_len, buffers.prefill_embeds.shape[1], dtype=buffers.prefill_embeds.dtype,
                             device=buffers.prefill_embeds.device)
         req = ServedRequest(req_id, self._free_slots.pop(), prompt_len, zeros, (), self.tables.tts_pad, True,
-                            0.0, 0, 1.0)
+                            0.0, 0, 1.0, 0)
         self.requests[req_id] = req
         return req
 
@@ -142,6 +145,13 @@ class Qwen3TTSForVllm(nn.Module):
         index = torch.tensor([r.row for r in rows], dtype=torch.long, device=self.buffers.frame_codes.device)
         return self.buffers.frame_codes.index_select(0, index), rows
 
+    @staticmethod
+    def get_model_state_cls():
+        """Model Runner V2 hook: our per-step state adapter (GPU)."""
+        from vllm_voxserve.worker.mrv2_state import SpeechModelState
+
+        return SpeechModelState
+
     # ---- vLLM model interface -------------------------------------------------------------------------------
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.talker.model.codec_embedding(input_ids)
@@ -154,8 +164,10 @@ class Qwen3TTSForVllm(nn.Module):
         # Decode rows: the code predictor completes the frame whose codebook 0 vLLM sampled last step.
         c0 = input_ids.clamp(0, talker.codec_head.out_features - 1)
         previous_hidden = buf.stash.index_select(0, buf.read_slot[:n])
-        rest = talker.code_predictor.predict_frame(previous_hidden, c0, buf.cp_temperature[:n], buf.cp_top_k[:n],
-                                                   buf.cp_top_p[:n])
+        cp = talker.code_predictor
+        noise = uniform_noise(buf.seed[:n], buf.frame_index[:n], cp.num_groups - 1, cp.config.vocab_size)
+        rest = cp.predict_frame(previous_hidden, c0, buf.cp_temperature[:n], buf.cp_top_k[:n], buf.cp_top_p[:n],
+                                uniform=noise)
         codes = torch.cat([c0[:, None], rest], dim=1)
         buf.frame_codes[:n].copy_(codes)
         text = talker.text_projection(talker.model.text_embedding(buf.text_ids[:n]))

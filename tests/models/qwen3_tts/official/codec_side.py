@@ -54,7 +54,7 @@ def _check_loaded_exactly(model: torch.nn.Module, weights_path: str) -> None:
     unexpected = sorted(set(file) - set(state))
     changed = [k for k in state if k in file and not torch.equal(state[k].float(), file[k].float())]
     if missing or unexpected or changed:
-        raise SystemExit(f"checkpoint mismatch: missing {missing[:5]} unexpected {unexpected[:5]} changed {changed[:5]}")
+        raise SystemExit(f"checkpoint mismatch: missing {missing[:5]} extra {unexpected[:5]} changed {changed[:5]}")
 
 
 def main(spec_path: str) -> None:

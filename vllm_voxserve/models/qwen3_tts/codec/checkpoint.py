@@ -15,9 +15,11 @@ from safetensors.torch import load_file, save_file
 from .configuration import CodecDecoderConfig, SpeechTokenizerConfig
 from .decoder import CodecDecoder
 from .encoder import CodecEncoder, MimiEncoderConfig
-from .init import init_codec_decoder_weights, init_codec_encoder_weights
+from .init import init_codec_decoder_weights, init_codec_encoder_weights, init_speaker_encoder_weights
+from .speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 
 WEIGHTS_FILE = "model.safetensors"
+SPEAKER_PREFIX = "speaker_encoder."
 
 FULL_ENCODER_CONFIG = {
     "audio_channels": 1, "num_filters": 64, "kernel_size": 7, "residual_kernel_size": 3, "last_kernel_size": 3,
@@ -99,3 +101,33 @@ def load_codec_encoder(speech_tokenizer_dir: str | Path, dtype: torch.dtype = to
     encoder = build_codec_encoder(config)
     encoder.load_state_dict(_load_part(Path(speech_tokenizer_dir), "encoder."), strict=True)
     return encoder.to(device=device, dtype=dtype).eval()
+
+
+def random_speaker_encoder_weights(speaker_encoder_config: dict, seed: int,
+                                   dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """`speaker_encoder.*` tensors of a Base model's main checkpoint, for the main config's `speaker_encoder_config`."""
+    module = SpeakerEncoder(SpeakerEncoderConfig.from_dict(speaker_encoder_config))
+    init_speaker_encoder_weights(module, seed)
+    return {SPEAKER_PREFIX + k: v.detach().to(dtype).contiguous() for k, v in module.state_dict().items()}
+
+
+def _main_checkpoint_tensors(model_dir: Path, prefix: str) -> dict[str, torch.Tensor]:
+    """Tensors under `prefix` from model.safetensors or the shards named by model.safetensors.index.json."""
+    index = model_dir / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [WEIGHTS_FILE]
+    tensors: dict[str, torch.Tensor] = {}
+    for name in files:
+        shard = load_file(str(model_dir / name))
+        tensors.update({k[len(prefix):]: v for k, v in shard.items() if k.startswith(prefix)})
+    return tensors
+
+
+def load_speaker_encoder(model_dir: str | Path, dtype: torch.dtype = torch.float32, device="cpu") -> SpeakerEncoder:
+    """The speaker encoder of a Base model folder (main config.json + checkpoint), in eval mode."""
+    model_dir = Path(model_dir)
+    main_config = json.loads((model_dir / "config.json").read_text())
+    if not main_config.get("speaker_encoder_config"):
+        raise ValueError(f"{model_dir} has no speaker_encoder_config (only Base models have a speaker encoder)")
+    module = SpeakerEncoder(SpeakerEncoderConfig.from_dict(main_config["speaker_encoder_config"]))
+    module.load_state_dict(_main_checkpoint_tensors(model_dir, SPEAKER_PREFIX), strict=True)
+    return module.to(device=device, dtype=dtype).eval()

@@ -246,7 +246,9 @@ class CodecEncoder(nn.Module):
     def encode(self, wav: torch.Tensor, sample_rate: int) -> torch.Tensor:
         """Mono clip `[N]` at the codec rate -> codes `[ceil(N / 1920), 16]` long."""
         if sample_rate != self.config.sampling_rate:
-            raise ValueError(f"reference audio must be {self.config.sampling_rate} Hz (resample first), got {sample_rate}")
+            raise ValueError(
+                f"reference audio must be {self.config.sampling_rate} Hz (resample first), got {sample_rate}"
+            )
         if wav.dim() != 1:
             raise ValueError(f"expected a mono clip [N], got shape {tuple(wav.shape)}")
         if wav.numel() == 0:

@@ -59,8 +59,12 @@ def decode_chunk(
 ) -> torch.Tensor:
     """Decode the next F frames of B requests: codes `[B, F, num_quantizers]` long, slots `[B]` long (distinct,
     on the pool's device) -> wav `[B, F * samples_per_frame]`. Rows may be at different positions."""
-    if codes.dim() != 3 or codes.shape[0] != slots.shape[0]:
-        raise ValueError(f"codes must be [B, F, Q] with B = len(slots), got {tuple(codes.shape)}, {tuple(slots.shape)}")
+    if codes.dim() != 3 or codes.shape[0] != slots.shape[0] or codes.shape[1] < 1:
+        raise ValueError(
+            f"codes must be [B, F>=1, Q] with B = len(slots), got {tuple(codes.shape)} and {tuple(slots.shape)}"
+        )
+    if next(decoder.parameters()).dtype != pool.dtype:
+        raise ValueError(f"the pool holds {pool.dtype} state but the decoder runs in {next(decoder.parameters()).dtype}")
     state = pool.gather(slots)
     wav = decoder.stream(codes.transpose(1, 2), state)
     pool.scatter(slots, state)

@@ -41,7 +41,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin `[B, T, head_dim]` for integer positions `[B, T]`, computed in fp32 like the official rotary embedding."""
+    """cos/sin `[B, T, head_dim]` for integer positions `[B, T]`, computed in fp32 as the official rotary embedding."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim
     inv_freq = 1.0 / (theta**exponents)
     freqs = (inv_freq[None, :, None] @ positions[:, None, :].float()).transpose(1, 2)

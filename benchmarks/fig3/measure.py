@@ -1,0 +1,137 @@
+"""Figure 3 (paper §2.3) on one GPU: backbone speed vs SMs, split Pareto, codec latency.
+
+Backbone: a STAND-IN, not the real talker: per layer the talker's decode-step matmuls
+(QKV 2048->4096, O 2048->2048, gate/up 2048->12288, down 6144->2048; 28 layers, bf16),
+no attention and no code predictor, so its step time is the weight-read floor of the
+talker. Codec: the real Qwen3-TTS 12 Hz decoder (random weights) through
+`Qwen3CodecProgram`, one chunk of `--frames` frames per request.
+Every measurement is a CUDA graph: captured on the partition, replayed from a
+primary-context stream, timed with CUDA events.
+
+    python -m benchmarks.fig3.measure --out fig3.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from vllm_voxserve.codec_lanes.executables import capture_step_graphs
+from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
+from vllm_voxserve.codec_lanes.split_chooser import Workload, choose_split, codec_step_factory, profile_splits
+
+TALKER = dict(layers=28, hidden=2048, qkv=4096, mlp=6144)
+
+
+def talker_standin(seed: int = 0):
+    gen = torch.Generator("cuda").manual_seed(seed)
+    h, L = TALKER["hidden"], TALKER["layers"]
+
+    def weight(i, o):
+        return torch.randn(L, i, o, device="cuda", dtype=torch.bfloat16, generator=gen) * i ** -0.5
+
+    w_qkv, w_o = weight(h, TALKER["qkv"]), weight(h, h)
+    w_up, w_down = weight(h, 2 * TALKER["mlp"]), weight(TALKER["mlp"], h)
+
+    def make_step(batch: int):
+        x = torch.randn(batch, h, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+        @torch.no_grad()
+        def step():
+            y = x
+            for i in range(L):
+                attn = (y @ w_qkv[i])[:, :h]  # stands in for attention's output
+                y = y + attn @ w_o[i]
+                gate, up = (y @ w_up[i]).chunk(2, dim=-1)
+                y = y + (torch.nn.functional.silu(gate) * up) @ w_down[i]
+            return y
+
+        return step
+
+    return make_step
+
+
+def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 20) -> float:
+    graph = capture_step_graphs(make_step, [batch], capture_stream)[batch]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(launch_stream):
+        graph.replay()
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def build_codec(dtype: torch.dtype):
+    from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
+    from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
+    from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
+    from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
+
+    decoder = CodecDecoder(CodecDecoderConfig()).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--codec-sms", default="16,24,32,48,64,80")
+    ap.add_argument("--backbone-batch", type=int, default=64)
+    ap.add_argument("--codec-batch", type=int, default=16)
+    ap.add_argument("--frames", type=int, default=10)
+    ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--out", default="fig3.json")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
+    backbone, codec = talker_standin(), build_codec(dtype)
+    codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
+    splits = [int(s) for s in args.codec_sms.split(",")]
+    t0 = time.perf_counter()
+
+    # (a) backbone alone on each LM partition size, and both components alone on the whole GPU
+    whole = create_partitions(SplitSpec("codec", splits[0]))  # its urgent stream is the whole GPU
+    full = dict(backbone_step_ms=graph_ms(backbone, args.backbone_batch, whole.urgent_stream, whole.urgent_stream),
+                **{f"codec_batch{b}_ms": graph_ms(codec_step, b, whole.urgent_stream, whole.urgent_stream)
+                   for b in (1, args.codec_batch)})
+    alone = []
+    for n in splits:
+        parts = create_partitions(SplitSpec("codec", n))
+        alone.append(dict(lm_sms=parts.lm_sms, codec_sms=parts.codec_sms,
+                          backbone_step_ms=graph_ms(backbone, args.backbone_batch, parts.lm_stream,
+                                                    parts.lm_launch_stream),
+                          codec_batch1_ms=graph_ms(codec_step, 1, parts.codec_stream, parts.codec_launch_stream)))
+        parts.close()  # its graphs are gone with graph_ms's frame
+
+    # (b) side by side on each split, (c) codec latency beside the backbone
+    work = Workload(args.backbone_batch, args.codec_batch, args.frames)
+    side = profile_splits([SplitSpec("codec", n) for n in splits], backbone, codec_step, work, window_ms=300.0)
+    single = profile_splits([SplitSpec("codec", n) for n in splits], backbone, codec_step,
+                            Workload(args.backbone_batch, 1, args.frames), window_ms=150.0)
+    choice = choose_split(side)
+    result = dict(
+        gpu=torch.cuda.get_device_name(), codec_dtype=args.codec_dtype, workload=vars(args), whole_gpu=full,
+        alone=alone,
+        side_by_side=[dict(lm_sms=m.lm_sms, codec_sms=m.codec_sms, backbone_step_ms=m.backbone_step_ms,
+                           codec_batch_ms=m.codec_batch_ms, codec_batch1_ms=s.codec_batch_ms,
+                           backbone_frames_per_s=m.backbone_frames_per_s, codec_frames_per_s=m.codec_frames_per_s,
+                           keeps_up=m.codec_keeps_up) for m, s in zip(side, single)],
+        chosen_codec_sms=choice.best.codec_sms, chosen_keeps_up=choice.codec_keeps_up,
+        seconds=time.perf_counter() - t0,
+    )
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    by24 = {m["codec_sms"]: m for m in result["side_by_side"]}.get(24)
+    print(f"fig3: backbone step {full['backbone_step_ms']:.3f} ms whole GPU; codec batch1 "
+          f"{full['codec_batch1_ms']:.2f} ms / batch{args.codec_batch} {full[f'codec_batch{args.codec_batch}_ms']:.2f}"
+          f" ms whole GPU" + (f", {by24['codec_batch1_ms']:.2f} / {by24['codec_batch_ms']:.2f} ms on 24 SMs beside"
+                              " the backbone" if by24 else "") + f"; chosen codec SMs {choice.best.codec_sms}")
+
+
+if __name__ == "__main__":
+    main()

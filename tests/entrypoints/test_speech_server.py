@@ -1,0 +1,154 @@
+"""A real `vllm serve` with the plugin on CPU, called over HTTP and with the official OpenAI SDK."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import io
+import time
+
+import numpy as np
+import pytest
+import requests
+import soundfile
+
+from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+SAMPLES_PER_FRAME = 1920
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-custom-voice")
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint, tmp_path_factory):
+    log = tmp_path_factory.mktemp("logs") / "serve-env.log"
+    with speech_server(checkpoint, spelling="env", log_path=log) as url:
+        yield url
+
+
+def post_speech(url: str, stream: bool = False, timeout: float = 300, **fields) -> requests.Response:
+    body = {"model": SERVED_NAME, "input": "Hello, world! This is a test.", "voice": "ryan", **fields}
+    return requests.post(f"{url}/v1/audio/speech", json=body, stream=stream, timeout=timeout)
+
+
+def pcm16(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2")
+
+
+def test_openai_sdk_streams_wav_of_the_requested_length(server):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused")
+    started = time.monotonic()
+    arrivals = []
+    with client.audio.speech.with_streaming_response.create(
+        model=SERVED_NAME, voice="ryan", input="Streaming speech from vLLM.", response_format="wav",
+        extra_body={"stream": True, "max_new_tokens": 31, "ignore_eos": True, "seed": 7},
+    ) as response:
+        chunks = []
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            arrivals.append(time.monotonic() - started)
+    data = b"".join(chunks)
+    audio, rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    assert rate == 24000
+    assert len(audio) == 30 * SAMPLES_PER_FRAME  # 31 tokens -> 30 frames (the last token never becomes audio)
+    assert np.abs(audio).max() > 0
+    # Audio arrives chunk by chunk (10 frames each), not as one body at the end.
+    assert arrivals[0] < arrivals[-1]
+
+
+def test_non_streaming_pcm_has_the_requested_length(server):
+    response = post_speech(server, response_format="pcm", max_new_tokens=12, ignore_eos=True, seed=1)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("audio/pcm")
+    assert len(pcm16(response.content)) == 11 * SAMPLES_PER_FRAME
+
+
+def test_concurrent_requests_get_the_audio_they_get_alone(server):
+    voices = ["ryan", "vivian", "serena", "aiden", "eric", "dylan", "sohee", "ono_anna"]
+    jobs = [dict(input=f"Request number {i} says something different.", voice=voices[i], seed=100 + i,
+                 max_new_tokens=16 + 3 * i, ignore_eos=True, response_format="pcm") for i in range(8)]
+    alone = [post_speech(server, **job) for job in jobs]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda job: post_speech(server, **job), jobs))
+    for job, a, t in zip(jobs, alone, together, strict=True):
+        assert a.status_code == t.status_code == 200
+        a_pcm, t_pcm = pcm16(a.content), pcm16(t.content)
+        assert len(a_pcm) == len(t_pcm) == (job["max_new_tokens"] - 1) * SAMPLES_PER_FRAME
+        # Same codes, same audio: only float rounding of differently sized batches may differ.
+        assert np.abs(a_pcm.astype(np.int32) - t_pcm.astype(np.int32)).max() <= 2, job
+
+
+BAD_REQUESTS = [
+    ({"input": ""}, "empty"),
+    ({"input": "x" * 5000}, "4096"),
+    ({"voice": "alloy"}, "unknown speaker"),
+    ({"model": "gpt-4o-mini-tts"}, "not served"),
+    ({"task_type": "Podcast"}, "task_type"),
+    ({"task_type": "Base"}, "Base checkpoint"),
+    ({"response_format": "mp3"}, "response_format"),
+    ({"language": "klingon"}, "language"),
+    ({"speed": 2.0}, "speed"),
+    ({"ref_audio": "not base64!!"}, "ref_audio"),
+    ({"ref_audio": base64.b64encode(b"RIFF....garbage").decode()}, "ref_audio"),
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"unknown_field": 1}, "unknown_field"),
+]
+
+
+@pytest.mark.parametrize("fields, message", BAD_REQUESTS, ids=[m for _, m in BAD_REQUESTS])
+def test_bad_input_is_a_400_with_a_message(server, fields, message):
+    response = post_speech(server, **fields)
+    assert response.status_code == 400, response.text
+    assert message.lower() in response.json()["error"]["message"].lower()
+
+
+def test_invalid_json_is_a_400_and_the_server_keeps_serving(server):
+    response = requests.post(f"{server}/v1/audio/speech", data=b"{not json", timeout=30,
+                             headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert "json" in response.json()["error"]["message"].lower()
+    after = post_speech(server, response_format="pcm", max_new_tokens=4, ignore_eos=True)
+    assert after.status_code == 200 and len(pcm16(after.content)) == 3 * SAMPLES_PER_FRAME
+
+
+def _running_requests(url: str) -> float:
+    for line in requests.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("vllm:num_requests_running"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("vllm:num_requests_running not in /metrics")
+
+
+def test_client_disconnect_frees_its_request(server):
+    response = post_speech(server, stream=True, max_new_tokens=1500, ignore_eos=True, response_format="pcm")
+    assert response.status_code == 200
+    next(response.iter_content(4096))  # audio is flowing
+    assert _running_requests(server) >= 1
+    response.close()
+    deadline = time.monotonic() + 60
+    while _running_requests(server) > 0:
+        assert time.monotonic() < deadline, "the disconnected request is still running"
+        time.sleep(0.5)
+
+
+def test_voices_and_openapi_schema(server):
+    voices = requests.get(f"{server}/v1/audio/voices", timeout=10).json()
+    assert "ryan" in voices["voices"] and voices["task_type"] == "custom_voice"
+    schema = requests.get(f"{server}/openapi.json", timeout=10).json()
+    assert "/v1/audio/speech" in schema["paths"]
+    assert "input" in str(schema["paths"]["/v1/audio/speech"]["post"]["requestBody"])
+
+
+def test_plugin_flag_spelling_serves_speech(checkpoint, tmp_path):
+    """`vllm serve MODEL --plugin voxserve`, without VLLM_PLUGINS."""
+    with speech_server(checkpoint, spelling="flag", log_path=tmp_path / "serve-flag.log") as url:
+        response = post_speech(url, response_format="wav", max_new_tokens=6, ignore_eos=True)
+        assert response.status_code == 200, response.text
+        audio, rate = soundfile.read(io.BytesIO(response.content), dtype="int16")
+        assert rate == 24000 and len(audio) == 5 * SAMPLES_PER_FRAME

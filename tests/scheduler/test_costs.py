@@ -1,0 +1,39 @@
+import pytest
+
+from vllm_voxserve.scheduler.costs import CostModel, LinearCost, paper_h100_seed
+from vllm_voxserve.scheduler.report import CostSample
+
+
+def test_seed_passes_through_the_papers_codec_figures():
+    seed = paper_h100_seed(codec_sms=24)
+    assert seed.urgent_codec(1) == pytest.approx(1.9e-3)
+    assert seed.urgent_codec(16) == pytest.approx(10e-3)
+    assert seed.background_codec(1) == pytest.approx(5.0e-3)
+    assert seed.background_codec(16) == pytest.approx(49e-3)
+    # more SMs for the codec lane: faster, by the stated compute-bound scaling
+    assert paper_h100_seed(32).background_codec(16) == pytest.approx(49e-3 * 24 / 32)
+
+
+def test_lm_seed_matches_the_derivation_in_its_docstring():
+    seed = paper_h100_seed()
+    per_request = seed.prefill(8 * 40) / 8 + 97.5 * seed.decode(64) / 64
+    assert 1 / per_request == pytest.approx(48, rel=0.02)  # req/s at which the LM saturates (§4.7)
+
+
+def test_observed_costs_move_the_estimate():
+    model = CostModel(smoothing=0.5)
+    before = model.decode_step_s(32)
+    for _ in range(20):
+        model.observe(CostSample("decode", 32, 2 * before))
+    assert model.decode_step_s(32) == pytest.approx(2 * before, rel=1e-3)
+    assert model.decode_step_s(64) > model.decode_step_s(32)  # the shape stays the seed's
+    assert model.prefill_s(100) == pytest.approx(paper_h100_seed().prefill(100))  # other kinds untouched
+
+
+def test_linear_cost_through_two_points():
+    line = LinearCost.through(1, 2.0, 3, 4.0)
+    assert (line.fixed_s, line.per_item_s) == (1.0, 1.0)
+    with pytest.raises(ValueError):
+        CostModel(smoothing=0)
+    with pytest.raises(ValueError):
+        CostSample("encode", 1, 1.0)

@@ -1,0 +1,89 @@
+import pytest
+
+from tests.scheduler.steps import ids, lanes, stream, waiting
+from vllm_voxserve.scheduler.planner import Planner
+from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
+
+
+def later(rid, first_audio, chunk=1):
+    """A request playing since `first_audio` whose chunk `chunk` is ready."""
+    return stream(rid, frames=10 * (chunk + 1), delivered=chunk, first_audio=first_audio)
+
+
+def test_first_chunk_goes_to_the_urgent_lane_while_the_background_lane_is_busy():
+    planner = Planner()
+    streams = [stream("new", arrival=1.0, frames=10)] + [later(f"b{i}", first_audio=0.5) for i in range(12)]
+    plan = planner.plan_step(1.05, streams, [], lanes(background_busy=True))
+    assert ids(plan.urgent) == [("new", 0)]
+    assert plan.background == []
+
+
+def test_first_chunk_never_joins_a_background_batch():
+    planner = Planner()
+    streams = [stream("new", arrival=1.0, frames=10)] + [later(f"b{i}", first_audio=0.5) for i in range(12)]
+    plan = planner.plan_step(1.05, streams, [], lanes(urgent_busy=True))
+    assert plan.urgent == []  # the urgent lane is busy: the first chunk waits for it ...
+    assert ("new", 0) not in ids(plan.background) and len(plan.background) == 12  # ... not behind background work
+
+
+# Step table on a simulated clock: three requests whose chunk 1 is ready early; fewer than B = 8, so the background
+# lane waits; each chunk turns urgent when its deadline (first_audio + 0.8 s) is less than δu = 100 ms away.
+# The background lane is kept busy, so only urgency can move them.
+STEPS = [
+    {"now": 0.40, "urgent": [], "wake_at": pytest.approx(0.9 - 0.1)},
+    {"now": 0.79, "urgent": [], "wake_at": pytest.approx(0.8)},
+    {"now": 0.81, "urgent": [("a", 1)], "wake_at": pytest.approx(0.85)},
+    {"now": 0.90, "urgent": [("b", 1), ("c", 1)], "wake_at": None},
+]
+
+
+def test_waiting_background_chunks_move_to_the_urgent_lane_within_delta_u():
+    planner = Planner()
+    streams = {"a": later("a", 0.1), "b": later("b", 0.15), "c": later("c", 0.16)}
+    for step in STEPS:
+        plan = planner.plan_step(step["now"], list(streams.values()), [], lanes(background_busy=True), lm_free=False)
+        assert ids(plan.urgent) == step["urgent"], step
+        assert plan.wake_at == step["wake_at"], step
+        for chunk in plan.urgent:  # launched: in flight, then delivered
+            streams[chunk.request_id].chunk_in_flight = True
+
+
+def test_chunks_of_one_request_are_dispatched_in_order():
+    planner = Planner()
+    s = stream("a", frames=40, done=True, delivered=1, in_flight=True, first_audio=0.1)  # 1 in flight, 2, 3 ready
+    plan = planner.plan_step(0.5, [s], [], lanes(), lm_free=False)
+    assert plan.urgent == [] and plan.background == []
+    s.chunk_in_flight, s.chunks_delivered = False, 2
+    plan = planner.plan_step(0.5, [s], [], lanes(), lm_free=False)
+    assert ids(plan.urgent + plan.background) == [("a", 2)]
+
+
+def test_lm_plan_admits_decodes_and_sheds():
+    planner = Planner(SchedulerPolicyConfig(overload_mode="reject"))
+    running = [later("r", first_audio=0.1)]
+    queue = [waiting("late", arrival=0.0), waiting("fresh", arrival=0.5)]
+    plan = planner.plan_step(0.5, running, queue, lanes())
+    assert [r.request_id for r in plan.reject] == ["late"]  # 500 ms old: cannot start audio within 200 ms
+    assert plan.admit == ["fresh"] and plan.decode == ["r"]
+    assert planner.plan_step(0.5, running, queue, lanes(), lm_free=False).admit == []
+
+
+def test_on_arrival_rejects_only_in_reject_mode():
+    streams = [stream(f"r{i}", frames=10, delivered=1, first_audio=0.15, expected=100) for i in range(500)]
+    for mode, rejected in (("reject", True), ("off", False)):
+        planner = Planner(SchedulerPolicyConfig(overload_mode=mode))
+        assert (planner.on_arrival(0.2, waiting("new", arrival=0.2), streams, []) is not None) == rejected
+
+
+def test_reports_update_streams_and_costs():
+    s = stream("a")
+    s.apply(RequestProgress("a", frames_generated=10, generation_done=False, chunks_delivered=1,
+                            audio_delivered_s=0.8, first_audio_time=0.12))
+    assert (s.frames_generated, s.chunks_delivered, s.first_audio_time, s.next_chunk) == (10, 1, 0.12, 1)
+    with pytest.raises(ValueError):
+        s.apply(RequestProgress("b", 0, False, 0, 0.0))
+    planner = Planner()
+    before = planner.costs.urgent_codec_s(1)
+    planner.observe(StepReport(0.0, costs=[CostSample("urgent_codec", 1, 10 * before)]))
+    assert planner.costs.urgent_codec_s(1) > before

@@ -1,0 +1,21 @@
+"""vLLM's GPU worker for speech models. With Model Runner V2 (vLLM's default on GPU for this model) the model's
+`get_model_state_cls` hook installs `SpeechModelState`; the V1 runner gets the same speech hooks by subclassing."""
+
+from __future__ import annotations
+
+import torch
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.gpu_worker import Worker
+
+from vllm_voxserve.worker.v1_runner import V1SpeechHooks
+
+
+class VoxServeV1GPUModelRunner(V1SpeechHooks, GPUModelRunner):
+    pass
+
+
+class VoxServeGPUWorker(Worker):
+    def init_device(self) -> None:
+        super().init_device()
+        if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
+            self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
