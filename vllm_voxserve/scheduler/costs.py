@@ -96,11 +96,3 @@ class CostModel:
 
     def background_codec_s(self, chunks: int) -> float:
         return self.estimate("background_codec", chunks)
-
-    def lm_frames_per_s(self, max_decode_batch: int) -> float:
-        """LM capacity in frames per second with full decode batches (prefills not counted)."""
-        return max_decode_batch / self.decode_step_s(max_decode_batch)
-
-    def request_lm_s(self, prompt_tokens: int, frames: int, max_decode_batch: int) -> float:
-        """LM time one request takes from a saturated server: its prefill plus its share of full decode steps."""
-        return self.prefill_s(prompt_tokens) + frames / self.lm_frames_per_s(max_decode_batch)

@@ -37,12 +37,6 @@ class SlackEstimator:
         return deadline - self.now - frames_to_go * self.step_s - codec_s
 
 
-def stream_slack(
-    stream: StreamState, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig
-) -> float:
-    return SlackEstimator(now, decode_batch, costs, cfg)(stream)
-
-
 def generating(streams: Iterable[StreamState]) -> list[StreamState]:
     return [s for s in streams if not s.generation_done]
 

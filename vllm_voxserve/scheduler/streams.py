@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.report import RequestProgress
-from vllm_voxserve.scheduler.timeline import ChunkSchedule, PlaybackTimeline, chunk_deadline
+from vllm_voxserve.scheduler.timeline import ChunkSchedule, chunk_deadline
 
 
 @dataclass(slots=True)
@@ -52,18 +52,8 @@ class StreamState:
         """The lowest chunk not yet handed to a codec lane."""
         return self.chunks_delivered + int(self.chunk_in_flight)
 
-    def timeline(self, cfg: SchedulerPolicyConfig) -> PlaybackTimeline:
-        return PlaybackTimeline(schedule_of(cfg), self.arrival_time, cfg.ttfa_target_s, self.first_audio_time)
-
     def deadline(self, chunk: int, cfg: SchedulerPolicyConfig) -> float:
         return chunk_deadline(schedule_of(cfg), chunk, self.arrival_time, cfg.ttfa_target_s, self.first_audio_time)
-
-    def remaining_frames(self, cfg: SchedulerPolicyConfig) -> int:
-        if self.generation_done:
-            return 0
-        expected = self.expected_frames or cfg.default_expected_frames
-        # A request running past its estimate still has at least one frame to go.
-        return max(expected - self.frames_generated, 1)
 
 
 @functools.lru_cache(maxsize=64)

@@ -12,7 +12,13 @@ from pathlib import Path
 import torch
 
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder
+import numpy as np
+
+from vllm_voxserve.models.qwen3_tts.codec.checkpoint import (
+    load_codec_decoder,
+    load_codec_encoder,
+    load_speaker_encoder,
+)
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.transport import AudioSender
@@ -31,25 +37,51 @@ class SpeechRuntime:
         self.pipeline = AudioPipeline(Qwen3CodecProgram(decoder, _DTYPES[config.codec_dtype]), config,
                                       AudioSender(), device)
         self._failed: set[str] = set()
+        # Base (voice cloning): the reference clip becomes an x-vector and reference codes before the prefill.
+        self.speaker_encoder = self.codec_encoder = None
+        if model.tables.model_type == "base":
+            model_dir = Path(model.model_path)
+            self.speaker_encoder = load_speaker_encoder(model_dir, torch.float32, device)
+            self.codec_encoder = load_codec_encoder(model_dir / "speech_tokenizer", torch.float32, device)
+
+    @torch.inference_mode()
+    def _encode_reference(self, job: SpeechJob) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if not job.ref_audio or self.speaker_encoder is None:
+            return None, None
+        wav = torch.from_numpy(np.frombuffer(job.ref_audio, dtype=np.float32).copy()).to(self.device)
+        x_vector = self.speaker_encoder.extract_xvector(wav)
+        ref_codes = None if job.prompt.x_vector_only else self.codec_encoder.encode(wav, 24000)
+        return x_vector, ref_codes
 
     def start(self, req_id: str, prompt_len: int, extra_args: dict | None) -> None:
         try:
             job = SpeechJob.from_extra_args(extra_args)
         except (TypeError, ValueError) as exc:
             # Without a job there is no audio address to report to; the API server only sends well-formed jobs.
-            logger.error("request %s has no valid voxserve job: %s", req_id, exc)
+            # vLLM's own start-up warm-up requests carry none either: they just run on zeros.
+            log = logger.debug if req_id.startswith("_warmup") else logger.error
+            log("request %s has no valid voxserve job: %s", req_id, exc)
             self.model.add_placeholder_request(req_id, prompt_len)
             self._failed.add(req_id)
             return
         try:
-            self.pipeline.open(req_id, job.stream_key, job.audio_address)
+            x_vector, ref_codes = self._encode_reference(job)
+        except ValueError as exc:
+            self.model.add_placeholder_request(req_id, prompt_len)
+            self._failed.add(req_id)
+            self.pipeline.sender.send_error(job.audio_address, job.stream_key, 0, f"reference audio: {exc}")
+            return
+        try:
+            # ICL continues the reference: its frames go through the codec first, unheard, as the official
+            # decode of cat(reference, generated) minus the reference part does.
+            self.pipeline.open(req_id, job.stream_key, job.audio_address, warmup_codes=ref_codes)
         except RuntimeError as exc:
             self.model.add_placeholder_request(req_id, prompt_len)
             self._failed.add(req_id)
             self.pipeline.sender.send_error(job.audio_address, job.stream_key, 0, str(exc))
             return
         try:
-            self.model.add_request(req_id, prompt_len, job)
+            self.model.add_request(req_id, prompt_len, job, x_vector, ref_codes)
         except ValueError as exc:
             self.model.add_placeholder_request(req_id, prompt_len)
             self._fail(req_id, str(exc))

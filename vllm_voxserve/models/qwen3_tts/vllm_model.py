@@ -103,14 +103,16 @@ class Qwen3TTSForVllm(nn.Module):
         return self.buffers
 
     @torch.inference_mode()
-    def add_request(self, req_id: str, prompt_len: int, job: SpeechJob) -> ServedRequest:
+    def add_request(self, req_id: str, prompt_len: int, job: SpeechJob, x_vector: torch.Tensor | None = None,
+                    ref_codes: torch.Tensor | None = None) -> ServedRequest:
         self._step_buffers()
         plan = build_plan(self.tables, job.prompt)
         if len(plan) != prompt_len:
             raise ValueError(f"{req_id}: prompt has {prompt_len} placeholder ids but its plan has {len(plan)} rows")
         talker = self.talker
         prefill, _ = embed_plan(plan, talker.text_projection, talker.model.text_embedding,
-                                talker.model.codec_embedding, talker.code_predictor.model.codec_embedding)
+                                talker.model.codec_embedding, talker.code_predictor.model.codec_embedding,
+                                x_vector=x_vector, ref_codes=ref_codes)
         cp = job.code_predictor
         seed = job.seed if job.seed is not None else int.from_bytes(os.urandom(4), "little")
         req = ServedRequest(req_id, self._free_slots.pop(), prompt_len, prefill, plan.trailing_text_ids,

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# One command on a fresh CPU machine: install, serve the embedded tiny model with the plugin, write out/demo.wav.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=$(bash scripts/install.sh)
+export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
+exec "$venv/bin/python" scripts/demo.py "$@"

@@ -1,0 +1,56 @@
+"""Base checkpoints: voice cloning from a reference clip through the real server (CPU)."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import pytest
+import requests
+import soundfile
+
+from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+def wav_b64(audio: np.ndarray, rate: int) -> str:
+    buf = io.BytesIO()
+    soundfile.write(buf, audio, rate, format="WAV", subtype="PCM_16")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def base_server(tmp_path_factory):
+    ckpt = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-base", kind="base")
+    with speech_server(ckpt, log_path=tmp_path_factory.mktemp("logs") / "serve-base.log") as url:
+        yield url
+
+
+def clone(url: str, **fields) -> requests.Response:
+    rng = np.random.default_rng(0)
+    reference = (0.3 * np.sin(np.arange(24000 * 2) * 2 * np.pi * 180 / 24000)
+                 + 0.05 * rng.standard_normal(48000)).astype(np.float32)
+    body = {"model": SERVED_NAME, "input": "Cloned speech.", "task_type": "Base",
+            "ref_audio": wav_b64(reference, 24000), "ref_text": "A reference sentence.", "response_format": "pcm",
+            "max_new_tokens": 9, "ignore_eos": True, "seed": 5, **fields}
+    return requests.post(f"{url}/v1/audio/speech", json=body, timeout=300)
+
+
+def test_icl_and_x_vector_cloning_stream_audio(base_server):
+    for fields in ({}, {"x_vector_only_mode": True, "ref_text": None}):
+        response = clone(base_server, **fields)
+        assert response.status_code == 200, response.text
+        pcm = np.frombuffer(response.content, dtype="<i2")
+        assert len(pcm) == 8 * 1920 and np.abs(pcm).max() > 0
+
+
+def test_cloning_inputs_are_checked(base_server):
+    assert "ref_text" in clone(base_server, ref_text=None).json()["error"]["message"]
+    wrong_rate = wav_b64(np.zeros(16000, dtype=np.float32) + 0.1, 16000)
+    assert "24000" in clone(base_server, ref_audio=wrong_rate).json()["error"]["message"]
+    no_ref = requests.post(f"{base_server}/v1/audio/speech", timeout=60,
+                           json={"model": SERVED_NAME, "input": "Hi.", "task_type": "Base"})
+    assert no_ref.status_code == 400 and "ref_audio" in no_ref.json()["error"]["message"]
+    assert requests.get(f"{base_server}/health", timeout=10).status_code == 200
