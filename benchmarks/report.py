@@ -9,7 +9,6 @@ from typing import Any
 
 from benchmarks.capacity_search import SearchResult
 from benchmarks.metrics import RateSummary, SloSpec
-from benchmarks.plots import plot_series
 from benchmarks.record import write_record
 from benchmarks.sweep import SweepResult
 
@@ -67,6 +66,11 @@ def write_outputs(record: dict[str, Any], results: dict[str, SweepResult | Searc
     out = Path(out_dir)
     json_path = write_record(record, out / "record.json")
     if not plots:
+        return json_path, []
+    try:  # the offline GPU host has no matplotlib: plot later with `python -m benchmarks.replot DIR`
+        from benchmarks.plots import plot_series
+    except ImportError:
+        print(f"matplotlib missing: no plots; run `python -m benchmarks.replot {out}` elsewhere")
         return json_path, []
     series = {label: result_summaries(result) for label, result in results.items()}
     pngs = plot_series(series, out, slo.ttfa_target_s)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (vLLM from ../shared/gpu-stack installed; see README): make a random Qwen3-TTS-1.7B-CustomVoice
 # checkpoint in the official layout, serve it with `vllm serve ... --plugin voxserve` (CUDA graphs on), stream a few
-# requests and write logs + measurements under ${OUT:-out}.
+# requests (or, with SEARCH_ARGS, run the benchmark suite's capacity search) and write logs and results under
+# ${OUT:-out}.
 set -euo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 ckpt=${CKPT:-/tmp/qwen3-tts-1.7b-customvoice-random}
@@ -21,4 +22,9 @@ until curl -sf "http://127.0.0.1:$port/health" > /dev/null; do
   sleep 2
 done
 echo "healthy after $(( $(date +%s) - started )) s" | tee "$out/startup.txt"
-python3 scripts/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" ${PROBE_ARGS:-}
+if [ -n "${SEARCH_ARGS:-}" ]; then  # SLO capacity search with the benchmark suite (LibriTTS, fixed lengths)
+  python3 -m benchmarks search --base-url "http://127.0.0.1:$port" --model qwen3-tts --fixed-length \
+    --no-progress --out "$out/search" $SEARCH_ARGS
+else
+  python3 scripts/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" ${PROBE_ARGS:-}
+fi

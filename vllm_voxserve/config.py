@@ -12,7 +12,11 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+
 ADDITIONAL_CONFIG_KEY = "voxserve"
+# Policy fields that mirror top-level voxserve fields: one place to set each (see `scheduler_policy`).
+_POLICY_FROM_TOP_LEVEL = ("ttfa_target_s", "first_chunk_frames", "chunk_frames")
 
 
 class CodecMode(str, enum.Enum):
@@ -20,6 +24,78 @@ class CodecMode(str, enum.Enum):
 
     INLINE = "inline"  # decode each ready chunk inside the backbone step (time sharing, vLLM-stock-like)
     LANES = "lanes"  # asynchronous urgent + background lanes (the paper's design)
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _reject_unknown(where: str, raw: Mapping[str, Any], cls: type) -> None:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"unknown {where} keys {unknown}; valid keys: {sorted(known)}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LaneSplitConfig:
+    """`voxserve.lanes.split`: the GPU's SM split (`codec_lanes.SplitSpec` without the device). The side named by
+    `group` gets `group_sms` SMs, the other side the rest. Unused on CPU."""
+
+    group: str = "codec"  # "codec" or "lm"
+    group_sms: int = 32  # the paper's 100/32 split of an H100
+
+    def __post_init__(self) -> None:
+        if self.group not in ("codec", "lm"):
+            raise ValueError(f"voxserve.lanes.split.group must be 'codec' or 'lm', got {self.group!r}")
+        _check_positive_int("voxserve.lanes.split.group_sms", self.group_sms)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LanesConfig:
+    """`voxserve.lanes`: the codec lanes of the `lanes` codec mode, i.e. `codec_lanes.LaneConfig` without its slot
+    count (that is `voxserve.max_codec_slots`), plus the SM split. Pure: the worker builds LaneConfig / SplitSpec."""
+
+    frame_counts: tuple[int, ...] = ()  # chunk lengths with executables; () means the configured chunk sizes
+    urgent_buckets: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes of the urgent lane's executables
+    background_max_batch: int = 32  # largest background batch (executables at powers of two up to it)
+    use_graphs: bool = True  # CUDA graphs per (bucket, frames); ignored on CPU
+    split: LaneSplitConfig = LaneSplitConfig()
+
+    def __post_init__(self) -> None:
+        for name in ("frame_counts", "urgent_buckets"):
+            values = getattr(self, name)
+            if not isinstance(values, tuple):
+                raise ValueError(f"voxserve.lanes.{name} must be a list of positive integers, got {values!r}")
+            for value in values:
+                _check_positive_int(f"voxserve.lanes.{name}", value)
+        if not self.urgent_buckets:
+            raise ValueError("voxserve.lanes.urgent_buckets must not be empty")
+        _check_positive_int("voxserve.lanes.background_max_batch", self.background_max_batch)
+        if not isinstance(self.use_graphs, bool):
+            raise ValueError(f"voxserve.lanes.use_graphs must be true or false, got {self.use_graphs!r}")
+        if not isinstance(self.split, LaneSplitConfig):
+            raise ValueError(f"voxserve.lanes.split must be an object, got {self.split!r}")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> LanesConfig:
+        if raw is not None and not isinstance(raw, Mapping):
+            raise ValueError(f"voxserve.lanes must be an object, got {raw!r}")
+        raw = dict(raw or {})
+        if "max_requests" in raw:
+            raise ValueError("voxserve.lanes.max_requests is not a key: the lanes have voxserve.max_codec_slots slots")
+        _reject_unknown("voxserve.lanes", raw, cls)
+        for name in ("frame_counts", "urgent_buckets"):
+            if isinstance(raw.get(name), list):
+                raw[name] = tuple(raw[name])
+        split = raw.get("split")
+        if split is not None and not isinstance(split, LaneSplitConfig):
+            if not isinstance(split, Mapping):
+                raise ValueError(f"voxserve.lanes.split must be an object, got {split!r}")
+            _reject_unknown("voxserve.lanes.split", split, LaneSplitConfig)
+            raw["split"] = LaneSplitConfig(**split)
+        return cls(**raw)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -36,10 +112,12 @@ class VoxServeConfig:
     max_codec_batch: int = 16
     # Codec precision: the exact incremental decode is checked in float32; bfloat16 is faster on GPU.
     codec_dtype: str = "float32"
-    # Pure-policy knobs (urgency margin, background batch size, admission ...), validated by the scheduler package.
+    # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
+    # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    # Codec lanes (SM split etc.), validated by the codec_lanes package.
-    lanes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Codec lanes of the `lanes` codec mode (executables' frame counts and batch sizes, SM split): `LanesConfig`;
+    # a mapping given here is parsed into one. Its frame_counts must hold both chunk sizes (the default does).
+    lanes: LanesConfig = LanesConfig()
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_frames", "chunk_frames", "max_codec_slots", "max_codec_batch"):
@@ -50,6 +128,35 @@ class VoxServeConfig:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"voxserve.codec_dtype must be float32, bfloat16 or float16, got {self.codec_dtype!r}")
+        self.scheduler_policy()  # bad scheduler keys or values fail at start-up
+        if not isinstance(self.codec_mode, CodecMode):
+            object.__setattr__(self, "codec_mode", CodecMode(self.codec_mode))
+        self._resolve_lanes()
+
+    def _resolve_lanes(self) -> None:
+        lanes = self.lanes if isinstance(self.lanes, LanesConfig) else LanesConfig.from_dict(self.lanes)
+        chunk_sizes = {self.first_chunk_frames, self.chunk_frames}
+        if not lanes.frame_counts:
+            lanes = dataclasses.replace(lanes, frame_counts=tuple(sorted(chunk_sizes)))
+        elif not chunk_sizes <= set(lanes.frame_counts):
+            raise ValueError(f"voxserve.lanes.frame_counts {list(lanes.frame_counts)} must contain the chunk sizes "
+                             f"{sorted(chunk_sizes)} (first_chunk_frames, chunk_frames)")
+        object.__setattr__(self, "lanes", lanes)  # frozen: settle the parsed value once
+
+    def scheduler_policy(self) -> SchedulerPolicyConfig:
+        """The scheduling policy: `scheduler` plus the SLO and chunking set at the top level (the server-default
+        SLO `ttfa_slo_ms` is the policy's T; a request's own `ttfa_slo_ms` overrides it for that request)."""
+        raw = dict(self.scheduler)
+        duplicated = sorted(set(raw) & set(_POLICY_FROM_TOP_LEVEL))
+        if duplicated:
+            raise ValueError(f"voxserve.scheduler must not set {duplicated}: use voxserve.ttfa_slo_ms, "
+                             "voxserve.first_chunk_frames and voxserve.chunk_frames")
+        raw.update(ttfa_target_s=self.ttfa_slo_ms / 1000.0, first_chunk_frames=self.first_chunk_frames,
+                   chunk_frames=self.chunk_frames)
+        try:
+            return SchedulerPolicyConfig.from_dict(raw)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"voxserve.scheduler: {exc}") from None
 
     def chunk_frames_at(self, chunk_index: int) -> int:
         """Frames in the request's chunk number `chunk_index` (0-based)."""

@@ -102,6 +102,27 @@ class LaneManager:
             raise ValueError(f"request {request_id} is already open")
         self._requests[request_id] = _Request(self.slots.allocate())
 
+    @torch.no_grad()
+    def prime(self, request_id: str, codes: torch.Tensor) -> None:
+        """Decode codes int64 [F, Q] into a just-opened request's state and drop the audio (a voice-cloning
+        reference that the generated audio continues). Eager, on the urgent stream; waits for it to finish."""
+        req = self._requests.get(request_id)
+        if req is None or req.closed or req.next_chunk or req.in_flight is not None:
+            raise ValueError(f"request {request_id} is not freshly open")
+        device = self.partitions.device
+        slots = torch.tensor([req.slot], dtype=torch.int64, device=device)
+        stream = self.partitions.urgent_stream
+        if stream is None:
+            self.pool.reset(slots)
+            self.program.decode(codes.to(device)[None], slots, self.pool)
+        else:
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                self.pool.reset(slots)
+                self.program.decode(codes.to(device)[None], slots, self.pool)
+            stream.synchronize()
+        req.fresh = False
+
     def close_request(self, request_id: str) -> None:
         """Forget a request (abort or finish). Idempotent. A chunk still in flight finishes,
         its audio is dropped, and only then is the slot reused."""

@@ -34,8 +34,22 @@ from .speech_request import SpeechRequest, decode_reference_audio
 AUDIO_END_TIMEOUT_S = 60.0
 
 
+# Scheduling hint for the engine's scheduler (`scheduler.adapter.PLAN_KEY`): audio frames the text will take.
+PLAN_KEY = "voxserve_plan"
+FRAMES_PER_WORD = 5.2  # ≈ 80 ms frames per English word in LibriTTS-like speech
+REJECTED = "rejected"  # queue item kind beside transport.AUDIO / END / ERROR
+
+
 class SynthesisError(RuntimeError):
     """The engine or the worker failed this request after it was accepted."""
+
+
+class Overloaded(SynthesisError):
+    """The scheduler rejected the request before it started (overload_mode "reject"): answer 503 + Retry-After."""
+
+    def __init__(self, reason: str, retry_after_s: float):
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
 
 
 class SpeechService:
@@ -120,7 +134,7 @@ class SpeechService:
             seed=request.seed,
             detokenize=False,
             output_kind=RequestOutputKind.DELTA,
-            extra_args=job.to_extra_args(),
+            extra_args={**job.to_extra_args(), PLAN_KEY: {"expected_frames": expected_frames(request)}},
         )
         # vLLM sees placeholder ids (codec_pad) of the plan's length; the worker embeds the real prompt.
         prompt_ids = [self.tables.codec_pad] * len(plan)
@@ -138,6 +152,8 @@ class SpeechService:
                     yield payload
                 elif kind == END:
                     return
+                elif kind == REJECTED:
+                    raise Overloaded(*payload)
                 else:
                     raise SynthesisError(payload)
         finally:
@@ -149,8 +165,11 @@ class SpeechService:
 
     async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue) -> None:
         try:
-            async for _ in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id):
-                pass
+            async for output in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id):
+                rejection = _rejection(output)
+                if rejection is not None:  # finished by the scheduler before it started: no audio will come
+                    queue.put_nowait((REJECTED, rejection))
+                    return
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the engine's own errors reach the client as a failed synthesis
@@ -159,6 +178,25 @@ class SpeechService:
         finished = time.monotonic()
         await asyncio.sleep(AUDIO_END_TIMEOUT_S)
         queue.put_nowait((2, f"audio did not finish {time.monotonic() - finished:.0f} s after the request did"))
+
+
+def expected_frames(request: SpeechRequest) -> int:
+    """Frames the request will probably take (exact with ignore_eos): the scheduler's demand estimate."""
+    limit = request.max_new_tokens - 1  # N tokens give N-1 frames
+    if request.ignore_eos:
+        return limit
+    words = max(len(request.input.split()), len(request.input) // 4)  # texts without spaces: ≈ 4 chars a word
+    return max(1, min(limit, round(words * FRAMES_PER_WORD)))
+
+
+def _rejection(output) -> tuple[str, float] | None:
+    """(reason, retry_after_s) when the engine's scheduler rejected the request, else None."""
+    from vllm_voxserve.scheduler.adapter import decode_rejection
+
+    if not getattr(output, "finished", False) or not output.outputs:
+        return None
+    decoded = decode_rejection(output.outputs[0].stop_reason)
+    return None if decoded is None else (decoded[1], decoded[0])
 
 
 def _pick(value, default, fallback):

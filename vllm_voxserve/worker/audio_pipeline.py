@@ -1,82 +1,183 @@
 """From frames to audio on the worker: per-request chunking, the codec, and the audio channel.
 
-In the `inline` codec mode every ready chunk is decoded right after the backbone step that completed it, batched
-across requests (time sharing, as a stock vLLM deployment would do it). The `lanes` mode hands ready chunks to the
-codec lanes instead (`vllm_voxserve.codec_lanes`).
+Frames are cut into chunks per request (`first_chunk_frames`, then `chunk_frames`; a finished request's last chunk
+may be shorter). The codec mode decides where a ready chunk goes:
+- `inline`: decoded right after the backbone step that completed it, batched across requests (time sharing, as a
+  stock vLLM deployment would do it);
+- `lanes`: handed to the codec lanes, which the pure policy drives (`chunk_dispatch.LaneDispatch`).
+Either way a request's audio leaves in chunk order, then END (or ERROR). The mode can be switched while no request
+is open (`set_codec_mode`, reached from the API server through `collective_rpc`, see `codec_mode_rpc`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.config import CodecMode, VoxServeConfig
 from vllm_voxserve.models.program import CodecProgram
 from vllm_voxserve.transport import AudioSender
+from vllm_voxserve.worker.chunk_dispatch import LaneDispatch
 
 logger = logging.getLogger(__name__)
+
+MAX_CODE = 2047  # codes past the codebook (never produced by a healthy talker) are clamped, as the reference does
+
+
+class CodecModeBusy(RuntimeError):
+    """The codec mode cannot change while requests are open."""
 
 
 @dataclass(slots=True)
 class _Stream:
     stream_key: str
     address: str
-    slot: int
-    pending: list[torch.Tensor] = field(default_factory=list)  # frames [16] not yet decoded, in order
-    chunks_sent: int = 0  # chunk index of the next chunk (its size comes from the config's schedule)
+    slot: int | None  # inline mode: the request's codec state slot (the lanes keep their own)
+    pending: list[torch.Tensor] = field(default_factory=list)  # frames [16] not yet cut into a chunk, in order
+    frames: int = 0  # frames received so far
+    chunks_cut: int = 0  # index of the next chunk to cut (its size comes from the config's schedule)
+    chunks_sent: int = 0  # chunks whose audio has been sent (lanes mode: may trail chunks_cut)
     seq: int = 0  # next message number on the audio channel
-    warmup: torch.Tensor | None = None  # reference frames decoded first and not sent (Base voice cloning)
+    closing: bool = False  # lanes mode: finished, END follows its last audio
 
 
 class AudioPipeline:
-    def __init__(self, program: CodecProgram, config: VoxServeConfig, sender: AudioSender, device: torch.device):
-        self.program, self.config, self.sender, self.device = program, config, sender, device
-        self.pool = program.make_state_pool(config.max_codec_slots, device)
-        self._free_slots = list(range(config.max_codec_slots - 1, -1, -1))
+    MODES = tuple(m.value for m in CodecMode)
+
+    def __init__(self, program: CodecProgram, config: VoxServeConfig, sender: AudioSender, device: torch.device,
+                 clock: Callable[[], float] = time.monotonic):
+        self.program, self.config, self.sender, self.device, self.clock = program, config, sender, device, clock
         self.streams: dict[str, _Stream] = {}
+        self.pool = None  # inline mode's state pool and free slots, built on first use
+        self._free_slots: list[int] = []
+        self.lanes: LaneDispatch | None = None  # lanes mode's dispatcher, built on first use
+        self.mode = CodecMode(config.codec_mode)
+        self._prepare(self.mode)
+
+    # mode --------------------------------------------------------------------------------------------------------
+
+    @property
+    def codec_mode(self) -> str:
+        return self.mode.value
+
+    def set_codec_mode(self, mode: str) -> None:
+        """Switch between `inline` and `lanes`; ValueError for another name, CodecModeBusy while a request is open."""
+        try:
+            new = CodecMode(mode)
+        except ValueError:
+            raise ValueError(f"unknown codec mode {mode!r}; modes: {list(self.MODES)}") from None
+        if self.streams:
+            raise CodecModeBusy(f"{len(self.streams)} request(s) are running; switch the codec mode when idle")
+        if self.lanes is not None:
+            self.lanes.manager.drain()  # a batch of an aborted request may still be in flight
+        self._prepare(new)
+        if new is not self.mode:
+            logger.info("codec mode: %s -> %s", self.mode.value, new.value)
+        self.mode = new
+
+    def _prepare(self, mode: CodecMode) -> None:
+        if mode is CodecMode.INLINE and self.pool is None:
+            self.pool = self.program.make_state_pool(self.config.max_codec_slots, self.device)
+            self._free_slots = list(range(self.config.max_codec_slots - 1, -1, -1))
+        elif mode is CodecMode.LANES and self.lanes is None:
+            self.lanes = LaneDispatch(self.program, self.config, self.device, self._deliver, self._ended,
+                                      self.clock)
+
+    # requests ----------------------------------------------------------------------------------------------------
 
     def open(self, req_id: str, stream_key: str, address: str, warmup_codes: torch.Tensor | None = None) -> None:
+        if self.mode is CodecMode.LANES:
+            # Warm-up: reference frames decoded into the state, unheard (Base voice cloning continues them).
+            self.lanes.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
+            self.streams[req_id] = _Stream(stream_key, address, None)
+            return
         if not self._free_slots:
             raise RuntimeError(f"all {self.config.max_codec_slots} codec slots are in use (raise max_codec_slots)")
         slot = self._free_slots.pop()
         self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
         self.streams[req_id] = _Stream(stream_key, address, slot)
         if warmup_codes is not None and len(warmup_codes):
-            # Decode the reference frames into the state so the first generated sample continues the reference.
             self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
     def push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
         """codes [n,16]: one finished frame per entry of req_ids (in frame order per request)."""
-        ready: list[tuple[str, torch.Tensor]] = []
+        ready: list[tuple[str, int, torch.Tensor]] = []
         for frame, req_id in zip(codes, req_ids, strict=True):
             stream = self.streams.get(req_id)
-            if stream is None:
+            if stream is None or stream.closing:
                 continue
             stream.pending.append(frame)
-            if len(stream.pending) >= self.config.chunk_frames_at(stream.chunks_sent):
-                ready.append((req_id, torch.stack(stream.pending)))
+            stream.frames += 1
+            if self.mode is CodecMode.LANES:
+                self.lanes.add_frames(req_id, 1)
+            if len(stream.pending) >= self.config.chunk_frames_at(stream.chunks_cut):
+                ready.append((req_id, stream.chunks_cut, torch.stack(stream.pending)))
+                stream.chunks_cut += 1
                 stream.pending = []
-        self._decode(ready)
+        if self.mode is CodecMode.INLINE:
+            self._decode([(req_id, frames) for req_id, _, frames in ready])
+            return
+        for req_id, index, frames in ready:
+            self.lanes.add_chunk(req_id, index, frames.clamp_(0, MAX_CODE))
+        self.lanes.pump()  # every step, even with no new chunk: harvest and launch what is due
 
     def close(self, req_id: str, error: str | None = None) -> None:
-        """The request finished (or failed): decode what is left, then END (or ERROR) and free its slot."""
+        """The request finished (or failed): decode what is left, then END (or ERROR) and free its slot.
+
+        In lanes mode END follows once the lanes have delivered the last chunk: at a later step's pump, or here, by
+        draining the lanes, when no other request is generating (the engine may take no further step)."""
         stream = self.streams.get(req_id)
         if stream is None:
             return
-        if error is None and stream.pending:
-            self._decode([(req_id, torch.stack(stream.pending))])
-        stream = self.streams.pop(req_id)
-        if error is None:
-            self.sender.send_end(stream.address, stream.stream_key, stream.seq)
-        else:
-            self.sender.send_error(stream.address, stream.stream_key, stream.seq, error)
-        self._free_slots.append(stream.slot)
+        if error is not None:
+            self._end(req_id, error)
+            return
+        if self.mode is CodecMode.INLINE:
+            if stream.pending:
+                self._decode([(req_id, torch.stack(stream.pending))])
+            self._end(req_id, None)
+            return
+        if stream.closing:
+            return
+        stream.closing = True
+        if stream.pending:
+            last = torch.stack(stream.pending).clamp_(0, MAX_CODE)
+            self.lanes.add_chunk(req_id, stream.chunks_cut, last, is_last=True)
+            stream.chunks_cut += 1
+            stream.pending = []
+        self.lanes.finish(req_id)  # END now if nothing is left, else after the last chunk's audio
 
     def fail(self, req_id: str, error: str) -> None:
         self.close(req_id, error)
 
+    # audio out ---------------------------------------------------------------------------------------------------
+
+    def _end(self, req_id: str, error: str | None) -> None:
+        """Send END (or ERROR) and forget the request; in lanes mode also drop whatever of it is left there."""
+        stream = self.streams.pop(req_id)
+        if stream.slot is not None:
+            self._free_slots.append(stream.slot)
+        elif error is not None and self.lanes is not None:
+            self.lanes.abort(req_id)
+        if error is None:
+            self.sender.send_end(stream.address, stream.stream_key, stream.seq)
+        else:
+            self.sender.send_error(stream.address, stream.stream_key, stream.seq, error)
+
+    def _ended(self, req_id: str, error: str | None) -> None:
+        """LaneDispatch callback: the request's last audio left (or its chunks cannot be decoded)."""
+        if req_id in self.streams:
+            self._end(req_id, error)
+
+    def _deliver(self, req_id: str, audio: torch.Tensor) -> None:
+        """LaneDispatch callback: one chunk's audio, float32 [samples] on CPU, in chunk order."""
+        self._send(req_id, audio.numpy())
+
+    @torch.no_grad()
     def _decode(self, chunks: list[tuple[str, torch.Tensor]], send: bool = True) -> None:
         by_length: dict[int, list[tuple[str, torch.Tensor]]] = {}
         for req_id, frames in chunks:
@@ -85,7 +186,7 @@ class AudioPipeline:
         for group in by_length.values():
             for start in range(0, len(group), limit):
                 batch = group[start : start + limit]
-                codes = torch.stack([frames for _, frames in batch]).clamp_(0, 2047)
+                codes = torch.stack([frames for _, frames in batch]).clamp_(0, MAX_CODE)
                 slots = torch.tensor([self.streams[r].slot for r, _ in batch], dtype=torch.long, device=self.device)
                 wav = self.program.decode(codes, slots, self.pool).float().cpu().numpy()
                 if send:
@@ -97,3 +198,7 @@ class AudioPipeline:
         self.sender.send_audio(stream.address, stream.stream_key, stream.seq, audio)
         stream.seq += 1
         stream.chunks_sent += 1
+
+    def codec_modes(self) -> dict:
+        """What `GET /voxserve/modes` reports."""
+        return {"modes": list(self.MODES), "current": self.codec_mode}

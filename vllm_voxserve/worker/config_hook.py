@@ -13,6 +13,8 @@ logger = logging.getLogger(__name__)
 
 CPU_WORKER = "vllm_voxserve.worker.cpu_worker.VoxServeCPUWorker"
 GPU_WORKER = "vllm_voxserve.worker.gpu_worker.VoxServeGPUWorker"
+# A dotted qualname (vLLM resolves scheduler_cls with resolve_obj_by_qualname, not "module:attr").
+SCHEDULER = "vllm_voxserve.scheduler.adapter.make_scheduler"
 
 
 class VoxServeConfigHook(VerifyAndUpdateConfig):
@@ -24,9 +26,13 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
         parallel = vllm_config.parallel_config
         if parallel.worker_cls == "auto":
             parallel.worker_cls = CPU_WORKER if current_platform.is_cpu() else GPU_WORKER
+        scheduler = vllm_config.scheduler_config
+        if scheduler.scheduler_cls is None:  # a user's --scheduler-cls wins
+            scheduler.scheduler_cls = SCHEDULER
         # vLLM must not treat the text tokenizer's ids (<|im_end|> = 151645 ...) as stop tokens of a 3072-id codec
         # vocabulary: the endpoint tokenizes text itself and stops on the codec EOS.
         vllm_config.model_config.skip_tokenizer_init = True
         # Prompts are placeholder ids of the plan's length: equal ids do not mean equal prompts.
         vllm_config.cache_config.enable_prefix_caching = False
-        logger.info("voxserve: worker %s, config %s", parallel.worker_cls, config.to_dict())
+        logger.info("voxserve: worker %s, scheduler %s, config %s", parallel.worker_cls, scheduler.scheduler_cls,
+                    config.to_dict())

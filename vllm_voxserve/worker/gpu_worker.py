@@ -7,6 +7,7 @@ import torch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker
 
+from vllm_voxserve.worker.codec_mode_rpc import codec_mode_call
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
 
 
@@ -19,3 +20,7 @@ class VoxServeGPUWorker(Worker):
         super().init_device()
         if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
             self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
+
+    def voxserve_codec_mode(self, mode: str | None = None) -> dict:
+        """`collective_rpc` target (codec_mode_rpc.RPC_METHOD): report, and with `mode` switch, the codec mode."""
+        return codec_mode_call(self.model_runner, mode)

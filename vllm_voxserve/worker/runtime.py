@@ -7,6 +7,7 @@ that serves on the GPU; only the few lines that read each runner's batch state d
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -21,12 +22,14 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import (
 )
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
+from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.step_layout import StepLayout
 
 logger = logging.getLogger(__name__)
 
+FRAME_S = 0.08  # one codec frame of audio (12.5 Hz)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -37,6 +40,7 @@ class SpeechRuntime:
         self.pipeline = AudioPipeline(Qwen3CodecProgram(decoder, _DTYPES[config.codec_dtype]), config,
                                       AudioSender(), device)
         self._failed: set[str] = set()
+        self._init_report()
         # Base (voice cloning): the reference clip becomes an x-vector and reference codes before the prefill.
         self.speaker_encoder = self.codec_encoder = None
         if model.tables.model_type == "base":
@@ -87,6 +91,7 @@ class SpeechRuntime:
             self._fail(req_id, str(exc))
 
     def prepare_step(self, layout: StepLayout) -> None:
+        self._layout, self._step_started, self._codec_s, self._codec_chunks = layout, time.monotonic(), 0.0, 0
         self.model.prepare_step(layout)
 
     def after_forward(self) -> None:
@@ -96,12 +101,55 @@ class SpeechRuntime:
             if len(live) != len(rows):
                 codes = codes[live]
                 rows = [rows[i] for i in live]
+            sent_before = self._chunks_sent()
+            started = time.monotonic()
             self.pipeline.push(codes, [r.req_id for r in rows])
+            now = time.monotonic()
+            sent = self._chunks_sent()
+            self._codec_chunks += sum(sent.values()) - sum(sent_before.values())
+            self._codec_s += now - started
+            for req_id, chunks in sent.items():
+                if chunks and req_id not in self._first_audio:
+                    self._first_audio[req_id] = now
         for req in self.model.requests.values():
             if req.failed and req.req_id not in self._failed:
                 self._fail(req.req_id, req.failed)
 
+    def _init_report(self) -> None:
+        # For the scheduler's step report: when each request's first audio left, this step's layout and timings.
+        self._first_audio: dict[str, float] = {}
+        self._layout: StepLayout | None = None
+        self._step_started = 0.0
+        self._codec_s = 0.0
+        self._codec_chunks = 0
+
+    def _chunks_sent(self) -> dict[str, int]:
+        return {req_id: stream.chunks_sent for req_id, stream in self.pipeline.streams.items()}
+
+    def step_report(self) -> StepReport:
+        """For the scheduler after a step: each open stream's progress (cumulative), and what the step cost."""
+        now = time.monotonic()
+        cfg = self.config
+        progress = []
+        for req_id, stream in self.pipeline.streams.items():
+            sent_frames = sum(cfg.chunk_frames_at(i) for i in range(stream.chunks_sent))
+            frames = getattr(stream, "frames", sent_frames + len(stream.pending))
+            in_flight = getattr(stream, "chunks_cut", stream.chunks_sent) > stream.chunks_sent  # lanes mode
+            progress.append(RequestProgress(req_id, frames, False, stream.chunks_sent, sent_frames * FRAME_S,
+                                            self._first_audio.get(req_id), in_flight))
+        costs = []
+        layout, self._layout = self._layout, None
+        if layout is not None and layout.req_ids:
+            prefill_tokens = sum(n for n in layout.num_tokens if n > 1)
+            kind, size = ("prefill", prefill_tokens) if prefill_tokens else ("decode", len(layout.req_ids))
+            costs.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0)))
+            # Inline codec calls are timed here; the lanes mode's run asynchronously and are timed by the lanes.
+            if self._codec_chunks and getattr(self.pipeline, "codec_mode", "inline") == "inline":
+                costs.append(CostSample("urgent_codec", self._codec_chunks, self._codec_s))
+        return StepReport(now, progress, costs=costs)
+
     def finish(self, req_id: str) -> None:
+        self._first_audio.pop(req_id, None)
         self.model.remove_request(req_id)
         if req_id in self._failed:
             self._failed.discard(req_id)

@@ -2,7 +2,8 @@
 
 Hooks (vLLM 0.26.0 `v1/worker/gpu_model_runner.py`): `_update_states` (requests start and finish), `_preprocess`
 (runs after the batch is final, before the forward), `_model_forward` (the forward of a real step; dummy and
-profiling runs call the model directly and skip it).
+profiling runs call the model directly and skip it), `sample_tokens` (its output carries the speech step report to
+the scheduler, `vllm_voxserve.scheduler.adapter`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.scheduler.adapter import REPORT_ATTR
 from vllm_voxserve.worker.runtime import SpeechRuntime
 from vllm_voxserve.worker.step_layout import StepLayout
 
@@ -45,6 +47,12 @@ class V1SpeechHooks:
     def _model_forward(self, *args, **kwargs):
         output = super()._model_forward(*args, **kwargs)
         self.speech.after_forward()
+        return output
+
+    def sample_tokens(self, grammar_output):
+        output = super().sample_tokens(grammar_output)
+        if self.speech is not None and getattr(output, "req_ids", None):  # never the shared empty output
+            setattr(output, REPORT_ATTR, self.speech.step_report())
         return output
 
 

@@ -13,7 +13,6 @@ Inputs: `codes` [B,T,16] int64 and `wav` [N] float32 (24 kHz). Outputs, all fp32
 """
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import sys
 import types
@@ -23,20 +22,10 @@ import torch
 import transformers  # noqa: F401  (before the stubs, as qwen_tts imports it first)
 
 
-def _stub_missing_audio_deps() -> None:
-    """Only the 25 Hz tokenizer needs these; PyPI's torchaudio does not load beside a CPU torch (notes §6.1)."""
-    for name in ("torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi", "sox", "onnxruntime"):
-        try:
-            __import__(name)
-        except Exception:
-            stub = types.ModuleType(name)
-            stub.__spec__ = importlib.machinery.ModuleSpec(name, None)
-            sys.modules[name] = stub
-    sys.modules["torchaudio"].compliance = sys.modules["torchaudio.compliance"]
-    sys.modules["torchaudio.compliance"].kaldi = sys.modules["torchaudio.compliance.kaldi"]
+import audio_stubs  # noqa: E402  (beside this script)
 
 
-_stub_missing_audio_deps()
+audio_stubs.install()
 from qwen_tts import Qwen3TTSTokenizer  # noqa: E402
 from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig  # noqa: E402
 from qwen_tts.core.models.modeling_qwen3_tts import (  # noqa: E402

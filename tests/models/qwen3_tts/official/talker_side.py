@@ -11,30 +11,18 @@ when the scenario asks for them.
 """
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import sys
-import types
 
 import numpy as np
 import torch
 import transformers  # noqa: F401  (must come before the stubs: qwen_tts imports it first too)
 
 
-def _stub_missing_audio_deps() -> None:
-    """Only the 25 Hz tokenizer needs these; PyPI's torchaudio does not load beside a CPU torch (notes §6.1)."""
-    for name in ("torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi", "sox", "onnxruntime"):
-        try:
-            __import__(name)
-        except Exception:
-            stub = types.ModuleType(name)
-            stub.__spec__ = importlib.machinery.ModuleSpec(name, None)  # torch._dynamo calls find_spec on them
-            sys.modules[name] = stub
-    sys.modules["torchaudio"].compliance = sys.modules["torchaudio.compliance"]
-    sys.modules["torchaudio.compliance"].kaldi = sys.modules["torchaudio.compliance.kaldi"]
+import audio_stubs  # noqa: E402  (beside this script)
 
 
-_stub_missing_audio_deps()
+audio_stubs.install()
 from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 

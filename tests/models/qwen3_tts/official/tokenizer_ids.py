@@ -5,18 +5,14 @@ dir it loads the processor as Qwen3TTSModel.from_pretrained does (fix_mistral_re
 ids of the official prompt strings (built by the wrapper's own _build_* methods) and of the bare text.
 """
 
-import importlib.machinery
 import json
 import sys
-import types
 
 import transformers  # noqa: F401  (before the stubs, so transformers sees the real world)
 
-# Importing qwen_tts pulls in the 25 Hz tokenizer's sox / onnxruntime / torchaudio, none of which text needs.
-for _name in ("sox", "onnxruntime", "torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi"):
-    _stub = types.ModuleType(_name)
-    _stub.__spec__ = importlib.machinery.ModuleSpec(_name, None)
-    sys.modules.setdefault(_name, _stub)
+import audio_stubs  # noqa: E402  (beside this script)
+
+audio_stubs.install()
 
 from qwen_tts.core.models.processing_qwen3_tts import Qwen3TTSProcessor  # noqa: E402
 from qwen_tts.inference.qwen3_tts_model import Qwen3TTSModel  # noqa: E402

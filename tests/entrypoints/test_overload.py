@@ -1,0 +1,144 @@
+"""The 503 path: a request the engine's scheduler rejects is answered 503 + Retry-After before any audio or header.
+
+No server: the endpoint's route runs on FastAPI's test client with a fake service, and `SpeechService.synthesize`
+with a fake engine client that finishes the request the way the scheduler adapter does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import types
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm")
+from fastapi import FastAPI  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from vllm_voxserve.entrypoints import speech_plugin  # noqa: E402
+from vllm_voxserve.entrypoints.speech_request import SpeechRequest  # noqa: E402
+from vllm_voxserve.entrypoints.speech_service import (  # noqa: E402
+    Overloaded,
+    SpeechService,
+    SynthesisError,
+    expected_frames,
+)
+from vllm_voxserve.scheduler.adapter import encode_rejection  # noqa: E402
+from vllm_voxserve.scheduler.overload import Rejection  # noqa: E402
+from vllm_voxserve.transport import AudioReceiver  # noqa: E402
+
+BODY = {"input": "Hello there.", "voice": "ryan"}
+
+
+class FakeService:
+    """What the route needs of SpeechService: prepare() and synthesize()."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome  # a list of chunks, or an exception raised before the first chunk
+
+    def prepare(self, request):
+        return None, [0], None
+
+    async def synthesize(self, job, prompt_ids, params):
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        for chunk in self.outcome:
+            yield chunk
+
+
+def client(outcome) -> TestClient:
+    app = FastAPI()
+    speech_plugin.SpeechEndpointPlugin().attach_router(app)
+    app.state.voxserve_speech = FakeService(outcome)
+    return TestClient(app)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_rejected_request_is_a_503_with_retry_after_and_a_message(stream):
+    overloaded = Overloaded("server at capacity: first audio predicted after 260 ms (target 200 ms)", 1.2)
+    response = client(overloaded).post("/v1/audio/speech", json={**BODY, "stream": stream})
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "2"  # whole seconds, rounded up
+    error = response.json()["error"]
+    assert error["code"] == 503 and error["type"] == "service_unavailable"
+    assert "first audio predicted after 260 ms" in error["message"]
+
+
+def test_failure_before_the_first_chunk_is_a_500():
+    response = client(SynthesisError("engine error: boom")).post("/v1/audio/speech", json={**BODY, "stream": True})
+    assert response.status_code == 500 and "boom" in response.json()["error"]["message"]
+
+
+def test_accepted_stream_still_streams_every_chunk():
+    chunks = [np.full(1920, 0.5, np.float32), np.full(1920, -0.5, np.float32)]
+    response = client(chunks).post("/v1/audio/speech", json={**BODY, "stream": True, "response_format": "pcm"})
+    assert response.status_code == 200
+    assert len(response.content) == 2 * 1920 * 2  # both chunks, as 16-bit PCM
+
+
+class RejectingEngine:
+    """Finishes every request as the scheduler adapter does for a rejected one: abort, stop_reason = rejection."""
+
+    async def generate(self, prompt, params, request_id):
+        yield types.SimpleNamespace(finished=False, outputs=[])  # an earlier, unfinished output is not a rejection
+        stop = encode_rejection(Rejection(request_id, 3.4, "server at capacity: streams in progress need more"))
+        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=stop)])
+
+
+def test_service_turns_the_schedulers_rejection_into_overloaded():
+    async def run():
+        service = SpeechService.__new__(SpeechService)  # no checkpoint needed for synthesize()
+        service.engine_client = RejectingEngine()
+        service.receiver = AudioReceiver()
+        service.start()
+        job = types.SimpleNamespace(stream_key="k1")
+        try:
+            with pytest.raises(Overloaded) as caught:
+                async for _ in service.synthesize(job, [0], None):
+                    pass
+        finally:
+            await service.receiver.aclose()
+        return caught.value
+
+    rejected = asyncio.run(run())
+    assert rejected.retry_after_s == pytest.approx(3.4)
+    assert "streams in progress" in str(rejected)
+
+
+def test_expected_frames_is_exact_for_fixed_length_and_estimated_from_words_otherwise():
+    assert expected_frames(SpeechRequest(input="a b c", ignore_eos=True, max_new_tokens=31)) == 30
+    assert expected_frames(SpeechRequest(input="one two three four five")) == 26  # 5 words * 5.2
+    assert expected_frames(SpeechRequest(input="word " * 1000, max_new_tokens=100)) == 99  # capped by max tokens
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_real_server_rejects_what_cannot_meet_its_slo_and_serves_a_looser_one(tmp_path):
+    import json
+
+    import requests
+
+    from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
+
+    checkpoint = make_tiny_checkpoint(tmp_path / "tiny-custom-voice")
+    voxserve = {"voxserve": {"ttfa_slo_ms": 1}}  # a server default no request can meet once the server is busy
+    loose = {"ttfa_slo_ms": 600_000}
+    body = {"model": SERVED_NAME, "voice": "ryan", "ignore_eos": True, "response_format": "pcm"}
+    with speech_server(checkpoint, log_path=tmp_path / "serve-overload.log",
+                       extra_args=("--additional-config", json.dumps(voxserve))) as url:
+        speech = f"{url}/v1/audio/speech"
+        busy = requests.post(speech, json={**body, **loose, "input": "A long one.", "max_new_tokens": 400,
+                                           "stream": True}, stream=True, timeout=300)
+        try:
+            assert busy.status_code == 200  # idle server: admitted although 1 ms is out of reach
+            next(busy.iter_content(4096))  # audio flowing: the server is busy
+            strict = requests.post(speech, json={**body, "input": "Too late.", "max_new_tokens": 8}, timeout=300)
+            assert strict.status_code == 503
+            assert int(strict.headers["Retry-After"]) >= 1
+            assert "first audio predicted" in strict.json()["error"]["message"]
+            relaxed = requests.post(speech, json={**body, **loose, "input": "In time.", "max_new_tokens": 8},
+                                    timeout=300)
+            assert relaxed.status_code == 200 and len(relaxed.content) == 7 * 1920 * 2
+        finally:
+            busy.close()

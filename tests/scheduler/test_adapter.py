@@ -1,0 +1,227 @@
+"""The policy inside a real vLLM `Scheduler` / `AsyncScheduler` on CPU: fake clock, fake model runner outputs.
+
+Step tables: each engine step is schedule() at time t, then update_from_output() at t + step (sampling one token per
+request whose prompt is done), as vLLM's engine core does.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("vllm")
+
+from vllm.config import CacheConfig, SchedulerConfig, VllmConfig  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.engine import FinishReason  # noqa: E402
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+
+from vllm_voxserve.scheduler.adapter import (  # noqa: E402
+    REPORT_ATTR,
+    SpeechAsyncScheduler,
+    SpeechScheduler,
+    decode_rejection,
+    make_scheduler,
+)
+from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost  # noqa: E402
+from vllm_voxserve.scheduler.planner import Planner  # noqa: E402
+from vllm_voxserve.scheduler.report import RequestProgress, StepReport  # noqa: E402
+
+STEP_S = 0.015  # every fake step takes this long, and the cost model says so
+PREFILL_S = 0.08  # a prefill costs more than a running stream's slack (≈ 33 ms below)
+BLOCKS = 2000
+NO_GRAMMARS = types.SimpleNamespace(should_advance=lambda request: False)  # speech requests use no grammars
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def build(policy: dict | None = None, async_scheduling: bool = False, max_num_seqs: int = 16):
+    policy = {"overload_mode": "off", **(policy or {})}
+    scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=4096, max_model_len=4096,
+                                       is_encoder_decoder=False, enable_chunked_prefill=True,
+                                       async_scheduling=async_scheduling)
+    cache_config = CacheConfig(block_size=16, enable_prefix_caching=False)
+    vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
+                             additional_config={"voxserve": {"scheduler": policy}})
+    # The scheduler reads a handful of model facts; "pooling" keeps vLLM from picking Model Runner V2 rules.
+    model = types.SimpleNamespace(is_encoder_decoder=False, max_model_len=4096, is_diffusion=False,
+                                  enable_return_routed_experts=False, runner_type="pooling")
+    object.__setattr__(vllm_config, "model_config", model)
+    scheduler_config.async_scheduling = async_scheduling  # vLLM's CPU platform turned it off; GPUs keep it on
+    cache_config.num_gpu_blocks = BLOCKS
+    kv_cache_config = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1,
+                                                      dtype=torch.float32))])
+    no_mm = types.SimpleNamespace(supports_multimodal_inputs=lambda model_config: False)
+    scheduler = make_scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                               structured_output_manager=NO_GRAMMARS, block_size=16, mm_registry=no_mm)
+    clock = FakeClock()
+    scheduler.clock = clock
+    scheduler.wall_clock = clock  # arrival times below are on the same fake clock
+    seed = CostSeed(decode=LinearCost(STEP_S, 0.0), prefill=LinearCost(PREFILL_S, 0.0),
+                    urgent_codec=LinearCost(0.002, 0.0), background_codec=LinearCost(0.005, 0.0))
+    scheduler.planner = Planner(scheduler.speech_policy, CostModel(seed))
+    return scheduler, clock
+
+
+def speech_request(rid: str, clock: FakeClock, prompt: int = 20, max_tokens: int = 200, **job) -> Request:
+    params = SamplingParams(max_tokens=max_tokens, extra_args={"voxserve": {"fixed_length": True, **job}})
+    return Request(rid, [0] * prompt, params, None, arrival_time=clock.t)
+
+
+def step(scheduler, clock: FakeClock, report: StepReport | None = None):
+    """One engine step; returns (scheduled request ids, newly prefilled ids, engine outputs)."""
+    out = scheduler.schedule()
+    clock.t += STEP_S
+    ids = list(out.num_scheduled_tokens)
+    sampled = []
+    for rid in ids:
+        request = scheduler.requests[rid]
+        done = request.num_computed_tokens >= request.num_prompt_tokens  # already advanced by schedule()
+        sampled.append([1] if done else [])
+    output = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                               sampled_token_ids=sampled)
+    if report is not None:
+        setattr(output, REPORT_ATTR, report)
+    engine_outputs = scheduler.update_from_output(out, output)
+    return set(ids), {r.req_id for r in out.scheduled_new_reqs}, engine_outputs
+
+
+def test_factory_picks_the_scheduler_vllm_would():
+    assert type(build()[0]) is SpeechScheduler
+    assert type(build(async_scheduling=True)[0]) is SpeechAsyncScheduler
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_prefill_deferred_while_a_stream_is_short_of_slack_then_admitted_within_100_ms(async_scheduling):
+    scheduler, clock = build(async_scheduling=async_scheduling)
+    scheduler.add_request(speech_request("a", clock))
+    for _ in range(2):
+        step(scheduler, clock)  # a: prefill, then its first decode
+    arrival = clock.t
+    scheduler.add_request(speech_request("b", clock))
+    # a's slack stays ≈ 33 ms (its steps run as predicted), short of b's 80 ms prefill
+    table = []
+    while "b" not in scheduler.streams:
+        scheduled, new, _ = step(scheduler, clock)
+        table.append((round(clock.t - STEP_S - arrival, 3), sorted(scheduled), sorted(new)))
+        assert len(table) < 20
+    deferred = [row for row in table if row[2] == []]
+    admitted_at = table[-1][0]
+    assert [row[1] for row in deferred] == [["a"]] * len(deferred)  # a kept decoding meanwhile
+    assert len(deferred) >= 5  # held back over several steps ...
+    assert admitted_at <= scheduler.speech_policy.max_prefill_deferral_s  # ... but at most 100 ms in a row
+    assert table[-1][2] == ["b"]
+    assert scheduler.get_num_unfinished_requests() == 2  # held requests stayed visible to the engine
+
+
+def test_held_request_is_back_in_vllms_waiting_queue_between_steps():
+    scheduler, clock = build()
+    scheduler.add_request(speech_request("a", clock))
+    step(scheduler, clock)
+    step(scheduler, clock)
+    scheduler.add_request(speech_request("b", clock))
+    scheduled, new, _ = step(scheduler, clock)
+    assert new == set() and "b" in scheduler.held
+    assert [r.request_id for r in scheduler.waiting] == ["b"]
+
+
+def test_prefill_first_admits_at_once():
+    scheduler, clock = build({"admission_mode": "prefill_first"})
+    scheduler.add_request(speech_request("a", clock))
+    step(scheduler, clock)
+    step(scheduler, clock)
+    scheduler.add_request(speech_request("b", clock))
+    scheduled, new, _ = step(scheduler, clock)
+    assert new == {"b"} and scheduled == {"a", "b"}
+
+
+def test_idle_server_admits_at_once_in_deadline_mode():
+    scheduler, clock = build()
+    scheduler.add_request(speech_request("a", clock))
+    assert step(scheduler, clock)[1] == {"a"}
+
+
+def _three_streams(mode: str):
+    scheduler, clock = build({"admission_mode": mode, "max_decode_batch": 2})
+    for rid in "abc":
+        scheduler.add_request(speech_request(rid, clock))
+        clock.t += 0.001
+    scheduled, new, _ = step(scheduler, clock)  # idle: all three prefill together
+    assert new == {"a", "b", "c"}
+    now = clock.t
+    # a and b have played their first chunk; a's is nearly over, b's just started; c has no audio yet
+    report = StepReport(now, [RequestProgress("a", 15, False, 1, 0.8, first_audio_time=now - 0.7),
+                              RequestProgress("b", 12, False, 1, 0.8, first_audio_time=now),
+                              RequestProgress("c", 0, False, 0, 0.0)])
+    step(scheduler, clock, report)  # decode step with the report (3 running > batch of 2)
+    return scheduler, clock
+
+
+def test_decode_batch_takes_least_slack_first():
+    scheduler, clock = _three_streams("deadline_aware")
+    scheduled, _, _ = step(scheduler, clock)
+    assert scheduled == {"a", "c"}  # b has the most audio buffered
+    assert len(scheduler.running) == 3  # b is only left out of this step
+
+
+def test_prefill_first_decodes_in_arrival_order():
+    scheduler, clock = _three_streams("prefill_first")
+    scheduled, _, _ = step(scheduler, clock)
+    assert scheduled == {"a", "b"}
+
+
+def test_per_request_slo_moves_the_first_chunk_deadline():
+    scheduler, clock = build()
+    scheduler.add_request(speech_request("strict", clock, ttfa_slo_ms=100))
+    scheduler.add_request(speech_request("loose", clock, ttfa_slo_ms=1000))
+    scheduler.add_request(speech_request("default", clock))
+    held = scheduler.held
+    assert held["strict"].arrival_time == pytest.approx(clock.t - 0.1)
+    assert held["loose"].arrival_time == pytest.approx(clock.t + 0.8)
+    assert held["default"].arrival_time == pytest.approx(clock.t)
+    assert held["default"].expected_frames == 199  # fixed length: max_tokens - 1 frames
+
+
+def test_overloaded_arrival_is_finished_with_a_rejection_the_endpoint_can_read():
+    scheduler, clock = build({"overload_mode": "reject"})
+    scheduler.add_request(speech_request("a", clock))
+    assert step(scheduler, clock)[1] == {"a"}  # idle: admitted although T is out of reach (nothing to shed)
+    # 10 steps of 15 ms + an 80 ms prefill cannot reach first audio within 200 ms once the server is busy
+    scheduler.add_request(speech_request("b", clock))
+    assert "b" in scheduler.to_reject
+    scheduled, new, outputs = step(scheduler, clock)
+    assert "b" not in scheduled and "b" not in scheduler.requests
+    [rejected] = [o for eco in outputs.values() for o in eco.outputs if o.request_id == "b"]
+    assert rejected.finish_reason == FinishReason.ABORT
+    retry_after, reason = decode_rejection(rejected.stop_reason)
+    assert retry_after >= 1.0 and "first audio" in reason
+    assert step(scheduler, clock)[0] == {"a"}  # a is unaffected
+
+
+def test_requests_without_a_speech_job_pass_through():
+    scheduler, clock = build()
+    scheduler.add_request(Request("warmup", [0] * 8, SamplingParams(max_tokens=4), None, arrival_time=clock.t))
+    assert step(scheduler, clock)[1] == {"warmup"}
+    assert not scheduler.streams and not scheduler.held
+
+
+def test_a_request_with_a_looser_slo_is_accepted_where_the_server_default_is_rejected():
+    scheduler, clock = build({"overload_mode": "reject"})
+    scheduler.add_request(speech_request("a", clock))
+    step(scheduler, clock)
+    scheduler.add_request(speech_request("strict", clock))  # the server's 200 ms: first audio at ≈ 232 ms misses
+    scheduler.add_request(speech_request("loose", clock, ttfa_slo_ms=1000))
+    assert set(scheduler.to_reject) == {"strict"} and "loose" in scheduler.held
+    step(scheduler, clock)
+    assert "loose" in scheduler.streams or "loose" in scheduler.held  # not shed while it can still make 1 s

@@ -1,0 +1,34 @@
+"""`voxserve.lanes` is parsed and checked when the config is built (start-up), not when the lanes are."""
+
+import pytest
+
+from vllm_voxserve.config import CodecMode, LanesConfig, LaneSplitConfig, VoxServeConfig
+
+
+def test_lanes_default_to_the_chunk_sizes_and_round_trip():
+    config = VoxServeConfig.from_dict({"codec_mode": "lanes", "first_chunk_frames": 5, "chunk_frames": 10,
+                                       "lanes": {"urgent_buckets": [1, 2], "split": {"group_sms": 16}}})
+    assert config.codec_mode is CodecMode.LANES
+    assert config.lanes == LanesConfig(frame_counts=(5, 10), urgent_buckets=(1, 2),
+                                       split=LaneSplitConfig("codec", 16))
+    assert VoxServeConfig.from_dict(config.to_dict()) == config
+    assert VoxServeConfig().lanes.frame_counts == (10,)
+    assert VoxServeConfig(codec_mode="lanes").codec_mode is CodecMode.LANES
+
+
+@pytest.mark.parametrize("lanes, message", [
+    ({"frame_count": [10]}, "unknown voxserve.lanes keys"),
+    ({"max_requests": 4}, "max_codec_slots"),
+    ({"frame_counts": [4, 8]}, "must contain the chunk sizes"),
+    ({"frame_counts": [10, 0]}, "positive integer"),
+    ({"urgent_buckets": []}, "must not be empty"),
+    ({"background_max_batch": 0}, "positive integer"),
+    ({"use_graphs": "yes"}, "true or false"),
+    ({"split": {"group": "both"}}, "'codec' or 'lm'"),
+    ({"split": {"sms": 8}}, "unknown voxserve.lanes.split keys"),
+    ({"split": 8}, "must be an object"),
+    (3, "must be an object"),
+])
+def test_bad_lanes_fail_at_start_up(lanes, message):
+    with pytest.raises(ValueError, match=message):
+        VoxServeConfig.from_dict({"lanes": lanes})

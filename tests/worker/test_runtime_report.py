@@ -1,0 +1,105 @@
+"""SpeechRuntime's step report for the scheduler: progress per request, first-audio time, step costs; and that it
+survives the pickling between vLLM's worker and engine-core processes."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder, make_random_speech_tokenizer
+from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
+from vllm_voxserve.worker.audio_pipeline import AudioPipeline
+from vllm_voxserve.worker.runtime import SpeechRuntime
+from vllm_voxserve.worker.step_layout import StepLayout
+
+
+class FakeSender:
+    def __init__(self):
+        self.audio = []
+
+    def send_audio(self, address, stream_key, seq, pcm):
+        self.audio.append((stream_key, seq, np.asarray(pcm)))
+
+    def send_end(self, address, stream_key, seq):
+        pass
+
+    def send_error(self, address, stream_key, seq, message):
+        pass
+
+
+class FakeModel:
+    """The talker side: hands the runtime one frame per decode row."""
+
+    def __init__(self):
+        self.requests = {}
+        self.rows = []
+
+    def prepare_step(self, layout):
+        self.rows = [rid for rid, n in zip(layout.req_ids, layout.num_tokens) if n == 1]
+
+    def take_frames(self):
+        rows = [type("Row", (), {"req_id": rid})() for rid in self.rows]
+        return torch.zeros(len(rows), 16, dtype=torch.long), rows
+
+    def remove_request(self, req_id):
+        pass
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("speech_tokenizer")
+    make_random_speech_tokenizer(folder, "tiny", 0, torch.float32)
+    return Qwen3CodecProgram(load_codec_decoder(folder, torch.float32))
+
+
+def runtime_with(program) -> SpeechRuntime:
+    runtime = SpeechRuntime.__new__(SpeechRuntime)  # no checkpoint: a fake talker, the tiny codec
+    runtime.config = VoxServeConfig(first_chunk_frames=4, chunk_frames=3)
+    runtime.model = FakeModel()
+    runtime.pipeline = AudioPipeline(program, runtime.config, FakeSender(), torch.device("cpu"))
+    runtime._failed = set()
+    runtime._init_report()
+    return runtime
+
+
+def test_report_tracks_frames_chunks_first_audio_and_step_costs(program):
+    runtime = runtime_with(program)
+    runtime.pipeline.open("r", "key", "ipc://unused")
+    runtime.prepare_step(StepLayout(("r",), (20,), (0,)))  # prefill
+    runtime.after_forward()
+    report = runtime.step_report()
+    assert [(p.request_id, p.frames_generated, p.chunks_delivered, p.first_audio_time) for p in report.progress] \
+        == [("r", 0, 0, None)]
+    assert [(c.kind, c.size) for c in report.costs] == [("prefill", 20)]
+    before = time.monotonic()
+    for position in range(20, 24):  # four decode steps: four frames, the first chunk
+        runtime.prepare_step(StepLayout(("r",), (1,), (position,)))
+        runtime.after_forward()
+        report = runtime.step_report()
+    [progress] = report.progress
+    assert (progress.frames_generated, progress.chunks_delivered) == (4, 1)
+    assert progress.audio_delivered_s == pytest.approx(4 * 0.08)
+    assert before <= progress.first_audio_time <= report.now
+    assert [(c.kind, c.size) for c in report.costs] == [("decode", 1), ("urgent_codec", 1)]
+    runtime.finish("r")
+    assert runtime.step_report().progress == []
+
+
+def test_report_attached_to_a_model_runner_output_survives_pickling(program):
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    from vllm_voxserve.scheduler.adapter import REPORT_ATTR
+
+    runtime = runtime_with(program)
+    runtime.pipeline.open("r", "key", "ipc://unused")
+    runtime.prepare_step(StepLayout(("r",), (1,), (20,)))
+    runtime.after_forward()
+    output = ModelRunnerOutput(req_ids=["r"], req_id_to_index={"r": 0}, sampled_token_ids=[[5]])
+    setattr(output, REPORT_ATTR, runtime.step_report())
+    copy = pickle.loads(pickle.dumps(output))
+    assert getattr(copy, REPORT_ATTR) == getattr(output, REPORT_ATTR)

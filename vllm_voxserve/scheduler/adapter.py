@@ -1,0 +1,240 @@
+"""vLLM scheduler subclasses that apply the speech policy (`Planner`) around `super().schedule()`.
+
+The only module of this package that imports vLLM. The config hook names `make_scheduler` as vLLM's
+`scheduler_cls`; it returns a subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each step:
+
+1. Requests that arrived are checked by the overload guard (`overload_mode="reject"`); a rejected one, and a waiting
+   one the planner sheds, is finished by the scheduler with an abort status and a `stop_reason` that the endpoint
+   turns into HTTP 503 with `Retry-After` (`encode_rejection` / `decode_rejection`).
+2. Waiting requests the planner does not admit (deadline-aware deferral, at most `max_prefill_deferral_s` in a row)
+   are moved out of `self.waiting` while vLLM schedules, and put back after it (a holdback queue).
+3. When more requests run than `max_decode_batch`, only the planner's decode set (least slack first) stays in
+   `self.running` while vLLM schedules.
+4. After each step, request progress comes from the worker's `StepReport` (attribute `REPORT_ATTR` of the
+   `ModelRunnerOutput`) when there is one, else it is derived from vLLM's own token counts.
+
+All times are `time.monotonic()` (system-wide on Linux: the worker's report uses the same clock). A request's own
+`ttfa_slo_ms` shifts its arrival time by (its SLO - the server's), so the pure policy sees one T for all requests.
+Requests without a voxserve job (vLLM's warm-up) pass through untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
+from vllm.v1.request import Request, RequestStatus
+
+from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.scheduler.admission import first_fit
+from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
+from vllm_voxserve.scheduler.planner import Planner
+from vllm_voxserve.scheduler.report import LaneBacklog, RequestProgress, StepReport
+from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
+
+JOB_KEY = "voxserve"  # extra_args key of the speech job (models.qwen3_tts.job.EXTRA_ARGS_KEY)
+PLAN_KEY = "voxserve_plan"  # extra_args key of the endpoint's scheduling hints ({"expected_frames": n})
+REPORT_ATTR = "voxserve_report"  # ModelRunnerOutput attribute carrying the worker's StepReport
+REJECTION_PREFIX = "voxserve-overload:"
+
+
+def encode_rejection(rejection: Rejection) -> str:
+    return f"{REJECTION_PREFIX}{rejection.retry_after_s:.3f}:{rejection.reason}"
+
+
+def decode_rejection(stop_reason: Any) -> tuple[float, str] | None:
+    """(retry_after_s, reason) if `stop_reason` says the scheduler rejected the request, else None."""
+    if not isinstance(stop_reason, str) or not stop_reason.startswith(REJECTION_PREFIX):
+        return None
+    retry, _, reason = stop_reason[len(REJECTION_PREFIX):].partition(":")
+    return float(retry), reason
+
+
+class SpeechPolicyMixin:
+    """The policy around a vLLM scheduler; mixed in before `Scheduler` or `AsyncScheduler`."""
+
+    clock = staticmethod(time.monotonic)  # the planner's clock (tests set a fake one)
+    wall_clock = staticmethod(time.time)  # vLLM's `Request.arrival_time` clock
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        config = VoxServeConfig.from_additional_config(self.vllm_config.additional_config)
+        self.planner = Planner(config.scheduler_policy())
+        self.speech_policy = self.planner.cfg
+        self.streams: dict[str, StreamState] = {}  # admitted speech requests
+        self.held: dict[str, WaitingRequest] = {}  # speech requests not yet admitted, in arrival order
+        self.to_reject: dict[str, Rejection] = {}  # to finish at the next schedule()
+        self.rejected: list[tuple[Request, Rejection]] = []  # finished, output not yet sent
+        self.last_plan = None
+
+    # --- requests in ---
+
+    def add_request(self, request: Request) -> None:
+        known = request.request_id in self.requests
+        super().add_request(request)
+        if known:
+            return
+        now = self.clock()
+        waiting = self._waiting_request(request, now)
+        if waiting is None:
+            import logging; logging.getLogger(__name__).warning("DEBUG untracked %s %r", request.request_id, request.sampling_params.extra_args)
+            return
+        rejection = self._check_arrival(now, waiting, request) if self.held or self._busy() else None
+        import logging; logging.getLogger(__name__).warning("DEBUG arrival %s %s busy=%s held=%s streams=%s rej=%s", request.request_id, waiting, self._busy(), list(self.held), self.streams, rejection)
+        if rejection is not None:
+            self.to_reject[request.request_id] = rejection
+        else:
+            self.held[request.request_id] = waiting
+
+    def _check_arrival(self, now: float, waiting: WaitingRequest, request: Request) -> Rejection | None:
+        streams, held = list(self.streams.values()), list(self.held.values())
+        slo_s = self._slo_s(request)
+        if slo_s == self.speech_policy.ttfa_target_s:
+            return self.planner.on_arrival(now, waiting, streams, held)
+        # Its own SLO: judge it with T = its SLO, every arrival moved into that frame (deadlines unchanged).
+        shift = self.speech_policy.ttfa_target_s - slo_s
+        guard = OverloadGuard(self.speech_policy.replace(ttfa_target_s=slo_s), self.planner.costs)
+        guard.step_interval_s = self.planner.overload.step_interval_s
+
+        def moved(item):
+            return dataclasses.replace(item, arrival_time=item.arrival_time + shift)
+
+        return guard.check_arrival(now, moved(waiting), [moved(s) for s in streams], [moved(w) for w in held])
+
+    def _slo_s(self, request: Request) -> float:
+        job = ((request.sampling_params.extra_args if request.sampling_params else None) or {}).get(JOB_KEY) or {}
+        slo_ms = job.get("ttfa_slo_ms")
+        return slo_ms / 1000.0 if slo_ms else self.speech_policy.ttfa_target_s
+
+    def _busy(self) -> bool:
+        """An idle server (no stream generating) rejects nothing: there is no load to shed, even where the hardware
+        cannot meet T at all (a CPU)."""
+        return any(not s.generation_done for s in self.streams.values())
+
+    def _age(self, request: Request) -> float:
+        return max(self.wall_clock() - request.arrival_time, 0.0)
+
+    def _waiting_request(self, request: Request, now: float) -> WaitingRequest | None:
+        extra = (request.sampling_params.extra_args if request.sampling_params else None) or {}
+        job = extra.get(JOB_KEY)
+        if not isinstance(job, dict):
+            return None
+        shift = self._slo_s(request) - self.speech_policy.ttfa_target_s
+        frames = request.max_tokens - 1 if job.get("fixed_length") else (extra.get(PLAN_KEY) or {}).get(
+            "expected_frames")
+        if frames is not None:
+            frames = max(1, min(int(frames), request.max_tokens - 1))
+        arrival = now - self._age(request) + shift
+        return WaitingRequest(request.request_id, arrival, request.num_prompt_tokens, frames)
+
+    # --- one step ---
+
+    def schedule(self, *args, **kwargs):
+        now = self.clock()
+        self._forget_finished()
+        plan = self.planner.plan_step(now, list(self.streams.values()), list(self.held.values()), LaneBacklog())
+        self.last_plan = plan
+        if self._busy():
+            for rejection in plan.reject:
+                self.to_reject[rejection.request_id] = rejection
+        elif plan.reject:  # idle: the planner shed requests it would otherwise admit at once
+            plan.admit = [w.request_id for w in first_fit(list(self.held.values()), math.inf, self.planner.costs,
+                                                          self.speech_policy)]
+        self._finish_rejected()
+        for request_id in plan.admit:
+            waiting = self.held.pop(request_id, None)
+            if waiting is not None:
+                self.streams[request_id] = StreamState.admitted(waiting)
+        held_waiting = [r for r in self.waiting if r.request_id in self.held]
+        held_running = self._hold_running(plan.decode)
+        if held_waiting:
+            self.waiting.remove_requests(held_waiting)
+        try:
+            return super().schedule(*args, **kwargs)
+        finally:
+            self.running = [*self.running, *held_running]
+            for request in held_waiting:
+                self.waiting.add_request(request)
+
+    def _hold_running(self, decode: list[str]) -> list[Request]:
+        """Leave only the planner's decode set (in its order, least slack first) and untracked requests running."""
+        if len(self.running) <= self.speech_policy.max_decode_batch:
+            return []
+        rank = {request_id: i for i, request_id in enumerate(decode)}
+        tracked = {s.request_id for s in self.streams.values() if not s.generation_done}
+        keep, held = [], []
+        for request in self.running:
+            rid = request.request_id
+            (held if rid in tracked and rid not in rank else keep).append(request)
+        keep.sort(key=lambda r: rank.get(r.request_id, len(rank)))  # stable: untracked keep vLLM's order
+        self.running = keep
+        return held
+
+    def _finish_rejected(self) -> None:
+        if not self.to_reject:
+            return
+        rejections, self.to_reject = self.to_reject, {}
+        for request_id in rejections:
+            self.held.pop(request_id, None)
+        for request in self.finish_requests(list(rejections), RequestStatus.FINISHED_ABORTED):
+            self.rejected.append((request, rejections[request.request_id]))
+
+    # --- results in ---
+
+    def update_from_output(self, scheduler_output, model_runner_output):
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        report: StepReport | None = getattr(model_runner_output, REPORT_ATTR, None)
+        if report is not None:
+            self.planner.observe(report)
+        reported = {p.request_id: p for p in report.progress} if report is not None else {}
+        now = self.clock()
+        for request_id, stream in self.streams.items():
+            progress = reported.get(request_id) or self._derived_progress(stream, now)
+            if progress is not None:
+                stream.apply(progress)
+        self._emit_rejections(outputs)
+        self._forget_finished()
+        return outputs
+
+    def _derived_progress(self, stream: StreamState, now: float) -> RequestProgress | None:
+        """Without a worker report (Model Runner V2): frames from vLLM's token count, chunks as decoded inline."""
+        request = self.requests.get(stream.request_id)
+        if request is None:
+            return None
+        frames = max(request.num_output_tokens - 1, 0)  # the last sampled token becomes a frame next step
+        schedule = schedule_of(self.speech_policy)
+        chunks = schedule.chunk_of_frame(frames) if frames else 0
+        first_audio = stream.first_audio_time if stream.first_audio_time is not None else (now if chunks else None)
+        return RequestProgress(stream.request_id, frames, request.is_finished(), chunks,
+                               frames * self.speech_policy.frame_duration_s, first_audio)
+
+    def _emit_rejections(self, outputs: dict[int, EngineCoreOutputs]) -> None:
+        for request, rejection in self.rejected:
+            out = EngineCoreOutput(request_id=request.request_id, new_token_ids=[], finish_reason=FinishReason.ABORT,
+                                   stop_reason=encode_rejection(rejection))
+            outputs.setdefault(request.client_index, EngineCoreOutputs(outputs=[])).outputs.append(out)
+        self.rejected.clear()
+
+    def _forget_finished(self) -> None:
+        for table in (self.streams, self.held):
+            for request_id in [r for r in table if r not in self.requests or self.requests[r].is_finished()]:
+                del table[request_id]
+
+
+class SpeechScheduler(SpeechPolicyMixin, Scheduler):
+    pass
+
+
+class SpeechAsyncScheduler(SpeechPolicyMixin, AsyncScheduler):
+    pass
+
+
+def make_scheduler(**kwargs) -> Scheduler:
+    """vLLM's `scheduler_cls` (called with the scheduler's keyword arguments): the subclass vLLM's choice implies."""
+    async_scheduling = kwargs["vllm_config"].scheduler_config.async_scheduling
+    return (SpeechAsyncScheduler if async_scheduling else SpeechScheduler)(**kwargs)

@@ -1,0 +1,194 @@
+"""The `lanes` codec mode on the worker: ready chunks go to the codec lanes, as the pure policy decides (paper §3.2).
+
+The worker keeps each request's playback timeline as the policy's `StreamState`: frames generated, chunks delivered,
+whether one is in flight, and when its first audio left (that starts playback; chunk k's deadline is when the audio
+before it runs out). At every engine step (`pump`) it harvests finished codec batches, then asks the planner which
+ready chunks are urgent (a first chunk, or a deadline within δu: urgent lane, at once) and whether the background
+batch launches (≥ B ready, the earliest deadline approaching, or nothing left generating), and submits that.
+
+The lane manager keeps a request's chunks in order (its next chunk goes only after the previous one finished), so
+audio leaves in order. A finished request's END follows its last chunk's audio. When no request is left generating,
+the engine may take no further step, so `finish` then drains the lanes (blocking) instead of waiting for a pump.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from vllm_voxserve.codec_lanes import (
+    CodecChunk,
+    FinishedChunk,
+    LaneConfig,
+    LaneKind,
+    LaneManager,
+    SplitSpec,
+    cpu_partitions,
+    create_partitions,
+)
+from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.program import CodecProgram
+from vllm_voxserve.scheduler import CostSample, LaneBacklog, Planner, StepReport, StreamState
+from vllm_voxserve.scheduler.urgency import ReadyChunk
+
+logger = logging.getLogger(__name__)
+
+_COST_KIND = {LaneKind.URGENT: "urgent_codec", LaneKind.BACKGROUND: "background_codec"}
+
+
+@dataclass(slots=True)
+class _Request:
+    state: StreamState  # the policy's view: frames, chunks delivered / in flight, first audio time
+    queue: deque[CodecChunk] = field(default_factory=deque)  # cut chunks not yet submitted, in order
+
+
+class LaneDispatch:
+    """Chunks -> codec lanes -> `deliver(request_id, audio)`; `ended(request_id, error)` after a finished request's
+    last audio (error None) or when its chunks cannot be decoded. `clock` is the monotonic clock of the playback
+    timelines (injectable for tests)."""
+
+    def __init__(self, program: CodecProgram, config: VoxServeConfig, device: torch.device,
+                 deliver: Callable[[str, torch.Tensor], None], ended: Callable[[str, str | None], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.deliver, self.ended, self.clock = deliver, ended, clock
+        policy = config.scheduler_policy()
+        if "frame_duration_s" not in config.scheduler:  # the codec knows its frame length
+            policy = policy.replace(frame_duration_s=1.0 / program.frame_rate_hz)
+        self.planner = Planner(policy)
+        lanes = config.lanes
+        lane_config = LaneConfig(max_requests=config.max_codec_slots, frame_counts=lanes.frame_counts,
+                                 urgent_buckets=lanes.urgent_buckets, background_max_batch=lanes.background_max_batch,
+                                 use_graphs=lanes.use_graphs)
+        if device.type == "cuda":
+            partitions = create_partitions(SplitSpec(lanes.split.group, lanes.split.group_sms, device.index or 0))
+        else:
+            partitions = cpu_partitions()
+        self.manager = LaneManager(program, partitions, lane_config, self._on_chunk)
+        self.requests: dict[str, _Request] = {}
+
+    # request lifecycle -------------------------------------------------------------------------------------------
+
+    def open(self, request_id: str, warmup_codes: torch.Tensor | None = None) -> None:
+        self.manager.open_request(request_id)  # RuntimeError when no state slot is free
+        if warmup_codes is not None and len(warmup_codes):
+            try:
+                self.manager.prime(request_id, warmup_codes.clamp(0, 2047))
+            except BaseException:
+                self.manager.close_request(request_id)
+                raise
+        self.requests[request_id] = _Request(StreamState(request_id, arrival_time=self.clock()))
+
+    def add_frames(self, request_id: str, count: int) -> None:
+        self.requests[request_id].state.frames_generated += count
+
+    def add_chunk(self, request_id: str, chunk_index: int, codes: torch.Tensor, is_last: bool = False) -> None:
+        """A cut chunk (all its frames exist): it waits here until the policy sends it to a lane."""
+        req = self.requests[request_id]
+        req.queue.append(CodecChunk(request_id, chunk_index, codes, is_last))
+
+    def finish(self, request_id: str) -> None:
+        """The request generates no more frames (its last chunk, if any, was added with is_last)."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return
+        req.state.generation_done = True
+        if not req.queue and not req.state.chunk_in_flight:
+            self._end(request_id)
+        if any(not r.state.generation_done for r in self.requests.values()):
+            self.pump()  # requests still generating: the engine steps again, and each step pumps
+        else:
+            self.drain()  # the engine may take no further step: finish everything now
+
+    def abort(self, request_id: str) -> None:
+        """Drop the request: queued chunks are forgotten, the audio of one in flight is discarded."""
+        if self.requests.pop(request_id, None) is not None:
+            self.manager.close_request(request_id)
+
+    @property
+    def busy(self) -> bool:
+        """A request is open, or a lane still holds a batch (maybe of an aborted request)."""
+        return bool(self.requests) or not all(self.manager.is_idle(k) for k in LaneKind)
+
+    # scheduling --------------------------------------------------------------------------------------------------
+
+    def pump(self, block: bool = False) -> bool:
+        """One scheduling round: harvest, launch what the policy says, harvest again (a CPU lane has finished by
+        then). `block` waits for batches in flight first. Returns whether anything was harvested or launched."""
+        progress = self._harvest(block)
+        progress |= self._launch()
+        progress |= self._harvest(False)
+        return progress
+
+    def drain(self) -> None:
+        """Decode and deliver everything of finished requests, blocking; only when none is generating."""
+        while any(r.state.generation_done for r in self.requests.values()):
+            if not self.pump(block=True):
+                stuck = [rid for rid, r in self.requests.items() if r.state.generation_done]
+                logger.error("codec lanes made no progress draining %s; ending them with an error", stuck)
+                for rid in stuck:
+                    self.abort(rid)
+                    self.ended(rid, "codec lanes stalled")
+                return
+        if not self.requests:
+            self.manager.drain()  # batches of aborted requests: free their slots
+
+    def _harvest(self, block: bool) -> bool:
+        delivered = self.manager.poll(block=block)
+        costs = self.manager.take_batch_costs()
+        if costs:
+            self.planner.observe(StepReport(self.clock(), costs=[
+                CostSample(_COST_KIND[c.lane], c.size, c.seconds) for c in costs]))
+        return bool(delivered or costs)
+
+    def _launch(self) -> bool:
+        urgent_idle = self.manager.is_idle(LaneKind.URGENT)
+        background_idle = self.manager.is_idle(LaneKind.BACKGROUND)
+        if not (urgent_idle or background_idle) or not self.requests:
+            return False
+        plan = self.planner.plan_step(self.clock(), [r.state for r in self.requests.values()], [],
+                                      LaneBacklog(urgent_busy=not urgent_idle, background_busy=not background_idle),
+                                      lm_free=False)
+        launched = False
+        for kind, chosen in ((LaneKind.URGENT, plan.urgent), (LaneKind.BACKGROUND, plan.background)):
+            if chosen:
+                self._submit(kind, chosen[: self.manager.max_batch(kind)])
+                launched = True
+        return launched
+
+    def _submit(self, kind: LaneKind, chosen: list[ReadyChunk]) -> None:
+        chunks = []
+        for ready in chosen:
+            req = self.requests[ready.request_id]
+            chunk = req.queue[0]
+            if chunk.chunk_index != ready.index or chunk.codes.shape[0] != ready.frames:
+                raise RuntimeError(f"{ready.request_id}: the policy chose chunk {ready.index} ({ready.frames} frames)"
+                                   f" but chunk {chunk.chunk_index} ({chunk.codes.shape[0]} frames) is next")
+            chunks.append(chunk)
+        self.manager.submit(kind, chunks)
+        for ready in chosen:
+            req = self.requests[ready.request_id]
+            req.queue.popleft()
+            req.state.chunk_in_flight = True
+
+    def _on_chunk(self, finished: FinishedChunk) -> None:
+        req = self.requests.get(finished.request_id)
+        if req is None:  # aborted while in flight (the manager drops those itself)
+            return
+        state = req.state
+        state.chunk_in_flight = False
+        state.chunks_delivered += 1
+        if state.first_audio_time is None:
+            state.first_audio_time = self.clock()  # playback starts: later deadlines count from here
+        self.deliver(finished.request_id, finished.audio)
+        if state.generation_done and not req.queue:
+            self._end(finished.request_id)
+
+    def _end(self, request_id: str) -> None:
+        self.requests.pop(request_id)
+        self.manager.close_request(request_id)  # no-op when its last chunk already released the slot
+        self.ended(request_id, None)

@@ -1,0 +1,45 @@
+"""The worker end of `GET /voxserve/modes` and `POST /voxserve/mode`: a method our worker classes expose to vLLM's
+`collective_rpc` (0.26 resolves a string method with `getattr(worker, name)` on each worker and runs it on the
+thread that runs the worker's steps: the worker process's busy loop on CPU, the engine core's loop on GPU; so it never
+runs while a step touches the audio pipeline).
+
+Replies are plain dicts (they cross process boundaries): `{"status": 200, "modes": [...], "current": NAME}`, or
+`{"status": 400 | 409 | 500 | 503, "error": TEXT, ...}`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vllm_voxserve.worker.audio_pipeline import CodecModeBusy
+
+logger = logging.getLogger(__name__)
+
+RPC_METHOD = "voxserve_codec_mode"
+
+
+def speech_runtime(model_runner):
+    """The runner's `SpeechRuntime`: on the V1 runners (CPU, GPU fallback) or in Model Runner V2's model state."""
+    speech = getattr(model_runner, "speech", None)
+    if speech is None:
+        speech = getattr(getattr(model_runner, "model_state", None), "speech", None)
+    return speech
+
+
+def codec_mode_call(model_runner, mode: str | None) -> dict:
+    """Report the codec modes; with `mode`, switch to it first (only while no request is open)."""
+    runtime = speech_runtime(model_runner)
+    if runtime is None:
+        return {"status": 503, "error": "this worker has no speech runtime (model not loaded yet?)"}
+    pipeline = runtime.pipeline
+    if mode is not None:
+        try:
+            pipeline.set_codec_mode(mode)
+        except CodecModeBusy as exc:
+            return {"status": 409, "error": str(exc), **pipeline.codec_modes()}
+        except ValueError as exc:
+            return {"status": 400, "error": str(exc), **pipeline.codec_modes()}
+        except Exception as exc:  # e.g. building the lanes failed: answer, and keep the worker serving
+            logger.exception("switching the codec mode to %r failed", mode)
+            return {"status": 500, "error": f"switching to {mode!r} failed: {exc}", **pipeline.codec_modes()}
+    return {"status": 200, **pipeline.codec_modes()}
