@@ -139,6 +139,7 @@ class SpeechPolicyMixin:
         self._forget_finished()
         plan = self.planner.plan_step(now, list(self.streams.values()), list(self.held.values()), LaneBacklog())
         self.last_plan = plan
+        if plan.admit or plan.reject: import logging; logging.getLogger(__name__).warning("DEBUG plan %s busy=%s", plan, self._busy())
         if self._busy():
             for rejection in plan.reject:
                 self.to_reject[rejection.request_id] = rejection
@@ -223,6 +224,7 @@ class SpeechPolicyMixin:
     def _forget_finished(self) -> None:
         for table in (self.streams, self.held):
             for request_id in [r for r in table if r not in self.requests or self.requests[r].is_finished()]:
+                import logging; logging.getLogger(__name__).warning("DEBUG forget %s %s %s", request_id, request_id in self.requests, self.requests[request_id].status if request_id in self.requests else None)
                 del table[request_id]
 
 
