@@ -16,6 +16,10 @@ import torch
 from vllm_voxserve.worker.step_layout import StepLayout
 
 
+# Host staging rows of the integer buffers (one numpy array, one row each).
+_INT_ROWS = ("text_ids", "is_decode", "read_slot", "write_slot", "suppress_eos", "top_k", "seed", "frame_index")
+
+
 @dataclass(slots=True)
 class ServedRequest:
     """Host-side state of one request while vLLM runs it."""
@@ -65,7 +69,7 @@ class StepBuffers:
         # Outputs of the forward: the hidden state stash (one row per slot + scratch) and each row's frame codes.
         self.stash = torch.zeros(max_slots + 1, hidden_size, dtype=dtype, **kw)
         self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
-        self._host_ints = np.zeros((7, max_tokens), dtype=np.int64)
+        self._host_ints = np.zeros((len(_INT_ROWS), max_tokens), dtype=np.int64)
         self._host_floats = np.zeros((2, max_tokens), dtype=np.float32)
 
     def fill(self, layout: StepLayout, requests: dict[str, ServedRequest]) -> list[DecodeRow]:
@@ -75,9 +79,9 @@ class StepBuffers:
             raise ValueError(f"step has {n} tokens, buffers hold {self.max_tokens}")
         ints, floats = self._host_ints, self._host_floats
         ints[:, : n + 1] = 0
-        ints[3, : n + 1] = self.scratch_slot
+        ints[_INT_ROWS.index("write_slot"), : n + 1] = self.scratch_slot
         floats[0, : n + 1], floats[1, : n + 1] = 0.0, 1.0
-        text_ids, is_decode, read_slot, write_slot, suppress = ints[:5]
+        text_ids, is_decode, read_slot, write_slot, suppress, top_k, seed, frame_index = ints
         decode_rows: list[DecodeRow] = []
         row = 0
         for index, (req_id, count, start) in enumerate(
@@ -98,8 +102,7 @@ class StepBuffers:
                 text_ids[row] = req.decode_text_id(step)
                 is_decode[row] = 1
                 floats[0, row], floats[1, row] = req.cp_temperature, req.cp_top_p
-                ints[4, row] = req.cp_top_k
-                ints[5, row], ints[6, row] = req.seed, step
+                top_k[row], seed[row], frame_index[row] = req.cp_top_k, req.seed, step
                 decode_rows.append(DecodeRow(row, req_id, step))
             else:
                 stop = min(start + count, req.prompt_len)
@@ -116,9 +119,9 @@ class StepBuffers:
             (self.is_decode, is_decode),
             (self.read_slot, read_slot),
             (self.write_slot, write_slot),
-            (self.cp_top_k, ints[4]),
-            (self.seed, ints[5]),
-            (self.frame_index, ints[6]),
+            (self.cp_top_k, top_k),
+            (self.seed, seed),
+            (self.frame_index, frame_index),
         ):
             buf[:width].copy_(torch.from_numpy(src[:width]).to(buf.dtype), non_blocking=True)
         self.suppress_eos[:width].copy_(torch.from_numpy(suppress[:width].astype(bool)), non_blocking=True)

@@ -1,0 +1,46 @@
+import torch
+
+from vllm_voxserve.models.qwen3_tts.job import CodePredictorSampling, SpeechJob
+from vllm_voxserve.models.qwen3_tts.prompt import SpeechPrompt
+from vllm_voxserve.models.qwen3_tts.step_buffers import ServedRequest, StepBuffers
+from vllm_voxserve.worker.step_layout import StepLayout
+
+H = 4
+
+
+def request(req_id: str, slot: int, prompt_len: int, trailing=(), fixed=False, seed=0) -> ServedRequest:
+    prefill = torch.arange(prompt_len * H, dtype=torch.float32).reshape(prompt_len, H) + 1000 * slot
+    return ServedRequest(req_id, slot, prompt_len, prefill, tuple(trailing), 151671, fixed, 0.9, 50, 1.0, seed)
+
+
+def test_fill_mixes_prefill_chunks_decode_rows_and_vllm_dummy_rows():
+    buffers = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu")
+    requests = {"a": request("a", 2, 5, trailing=(11, 12), seed=9), "b": request("b", 0, 3, fixed=True)}
+    # a decodes its 2nd frame (position 6 = prompt 5 + step 1); b prefills positions 1..2; a vLLM dummy row last
+    rows = buffers.fill(StepLayout(("a", "b", "dummy"), (1, 2, 1), (6, 1, 0)), requests)
+    assert [(r.row, r.req_id, r.frame_index) for r in rows] == [(0, "a", 1)]
+    assert buffers.is_decode[:4].tolist() == [True, False, False, False]
+    assert buffers.text_ids[0].item() == 12  # trailing text of decode step 1
+    assert buffers.read_slot[:3].tolist() == [2, 0, 0]
+    # each request's last row stashes its hidden state in its slot; others write the scratch slot
+    assert buffers.write_slot[:4].tolist() == [2, 4, 0, 4]
+    torch.testing.assert_close(buffers.prefill_embeds[1:3], requests["b"].prefill_embeds[1:3])
+    assert buffers.suppress_eos[:3].tolist() == [False, True, False]
+    assert buffers.seed[0].item() == 9 and buffers.frame_index[0].item() == 1
+    assert buffers.write_slot[4:].eq(4).all() and not buffers.is_decode[4:].any()
+
+
+def test_decode_past_the_trailing_text_adds_tts_pad_and_preemption_is_reported():
+    buffers = StepBuffers(max_tokens=8, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu")
+    requests = {"a": request("a", 1, 2, trailing=(11,))}
+    buffers.fill(StepLayout(("a",), (1,), (5,)), requests)
+    assert buffers.text_ids[0].item() == 151671
+    buffers.fill(StepLayout(("a",), (4,), (0,)), requests)  # re-prefill past the prompt: generated inputs are gone
+    assert requests["a"].failed and "preempted" in requests["a"].failed
+
+
+def test_job_survives_the_extra_args_round_trip():
+    job = SpeechJob("key", "ipc:///tmp/x", SpeechPrompt(text_ids=(1, 2), speaker="ryan", instruct_ids=(5,)),
+                    ref_audio=b"\x00" * 8, fixed_length=True, seed=3,
+                    code_predictor=CodePredictorSampling(0.5, 10, 0.9), ttfa_slo_ms=150.0)
+    assert SpeechJob.from_extra_args(job.to_extra_args()) == job

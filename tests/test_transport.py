@@ -1,0 +1,61 @@
+import asyncio
+
+import numpy as np
+import pytest
+
+from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, AudioSender, new_stream_key
+
+
+def test_audio_arrives_in_order_per_stream_and_unknown_streams_are_dropped():
+    async def scenario():
+        receiver = AudioReceiver()
+        receiver.start()
+        sender = AudioSender()
+        a, b, stray = new_stream_key(), new_stream_key(), new_stream_key()
+        qa, qb = receiver.open(a), receiver.open(b)
+        chunks = [np.arange(i, i + 5, dtype=np.float32) for i in range(3)]
+        for seq, chunk in enumerate(chunks):
+            sender.send_audio(receiver.address, a, seq, chunk)
+            sender.send_audio(receiver.address, stray, seq, chunk)  # nobody listens: dropped
+        sender.send_end(receiver.address, a, 3)
+        sender.send_error(receiver.address, b, 0, "codec failed")
+        got = [await asyncio.wait_for(qa.get(), 5) for _ in range(4)]
+        err = await asyncio.wait_for(qb.get(), 5)
+        sender.close()
+        await receiver.aclose()
+        return got, err
+
+    got, err = asyncio.run(scenario())
+    assert [kind for kind, _ in got] == [AUDIO, AUDIO, AUDIO, END]
+    for (_, payload), expected in zip(got, range(3)):
+        np.testing.assert_array_equal(payload, np.arange(expected, expected + 5, dtype=np.float32))
+    assert err == (ERROR, "codec failed")
+
+
+def test_a_gap_in_sequence_numbers_is_reported_not_played():
+    async def scenario():
+        receiver = AudioReceiver()
+        receiver.start()
+        sender = AudioSender()
+        key = new_stream_key()
+        queue = receiver.open(key)
+        sender.send_audio(receiver.address, key, 1, np.zeros(3, dtype=np.float32))  # seq 0 never sent
+        item = await asyncio.wait_for(queue.get(), 5)
+        sender.close()
+        await receiver.aclose()
+        return item
+
+    kind, message = asyncio.run(scenario())
+    assert kind == ERROR and "out of order" in message
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["vllm", "serve", "m", "--plugin", "voxserve"], True),
+    (["vllm", "serve", "m", "--plugin=other,voxserve"], True),
+    (["vllm", "serve", "m", "--plugin", "other"], False),
+    (["vllm", "serve", "m"], False),
+])
+def test_plugin_flag_is_read_from_the_command_line(argv, expected):
+    from vllm_voxserve.compat import plugin_requested_on_command_line
+
+    assert plugin_requested_on_command_line(argv) is expected
