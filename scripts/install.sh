@@ -24,6 +24,7 @@ if [ ! -e "$venv/.complete" ]; then
   : > "$rec/RECORD"
   touch "$venv/.complete"
 fi
-# The project itself, editable, from this checkout (cheap; re-pointed for each clone).
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$root" >&2
+# The project is not installed into this shared environment (each checkout would re-point it): scripts/test.sh and
+# scripts/demo.sh put the checkout on PYTHONPATH with its entry points (scripts/register_without_pip.sh).
+"$venv/bin/python" -m pip uninstall -q -y vllm-voxserve > /dev/null 2>&1 || true
 echo "$venv"

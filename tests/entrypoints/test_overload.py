@@ -132,7 +132,8 @@ def test_real_server_rejects_what_cannot_meet_its_slo_and_serves_a_looser_one(tm
                                            "stream": True}, stream=True, timeout=300)
         try:
             assert busy.status_code == 200  # idle server: admitted although 1 ms is out of reach
-            next(busy.iter_content(4096))  # audio flowing: the server is busy
+            audio = busy.iter_content(4096)  # kept: dropping the iterator would close the connection (an abort)
+            next(audio)  # audio flowing: the server is busy
             strict = requests.post(speech, json={**body, "input": "Too late.", "max_new_tokens": 8}, timeout=300)
             assert strict.status_code == 503
             assert int(strict.headers["Retry-After"]) >= 1

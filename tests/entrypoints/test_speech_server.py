@@ -132,7 +132,9 @@ def _running_requests(url: str) -> float:
 
 def test_client_disconnect_frees_its_request(server):
     # ~1900 frames take about a minute on this CPU: the request can only stop this fast because it was aborted.
-    response = post_speech(server, stream=True, max_new_tokens=1900, ignore_eos=True, response_format="pcm")
+    # stream_format="audio" asks the server to stream (post_speech's `stream` only streams the client's reading)
+    response = post_speech(server, stream=True, stream_format="audio", max_new_tokens=1900, ignore_eos=True,
+                           response_format="pcm")
     assert response.status_code == 200
     chunks = response.iter_content(4096)
     next(chunks)  # audio is flowing

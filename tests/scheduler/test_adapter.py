@@ -225,3 +225,21 @@ def test_a_request_with_a_looser_slo_is_accepted_where_the_server_default_is_rej
     assert set(scheduler.to_reject) == {"strict"} and "loose" in scheduler.held
     step(scheduler, clock)
     assert "loose" in scheduler.streams or "loose" in scheduler.held  # not shed while it can still make 1 s
+
+
+def test_attach_report_reaches_the_output_an_async_output_will_return():
+    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
+
+    from vllm_voxserve.scheduler.adapter import attach_report
+
+    def real():
+        return ModelRunnerOutput(req_ids=["r"], req_id_to_index={"r": 0})
+
+    report = StepReport(1.0)
+    plain, mrv2, v1_async = real(), types.SimpleNamespace(model_runner_output=real()), types.SimpleNamespace()
+    v1_async._model_runner_output = real()
+    for output, target in ((plain, plain), (mrv2, mrv2.model_runner_output), (v1_async, v1_async._model_runner_output)):
+        attach_report(output, lambda: report)
+        assert getattr(target, REPORT_ATTR) is report
+    attach_report(EMPTY_MODEL_RUNNER_OUTPUT, lambda: report)  # shared by every empty step: left alone
+    assert not hasattr(EMPTY_MODEL_RUNNER_OUTPUT, REPORT_ATTR)

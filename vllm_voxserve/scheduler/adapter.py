@@ -55,6 +55,15 @@ def decode_rejection(stop_reason: Any) -> tuple[float, str] | None:
     return float(retry), reason
 
 
+def attach_report(output, make_report) -> None:
+    """Worker side: put `make_report()` (a StepReport) on the ModelRunnerOutput a step's `sample_tokens` returned, or
+    on the one its async output will return (Model Runner V2's `AsyncOutput.model_runner_output`, V1's
+    `AsyncGPUModelRunnerOutput._model_runner_output`: `get_output()` hands back that very object)."""
+    target = getattr(output, "model_runner_output", None) or getattr(output, "_model_runner_output", None) or output
+    if getattr(target, "req_ids", None):  # a real step; never the shared empty output
+        setattr(target, REPORT_ATTR, make_report())
+
+
 class SpeechPolicyMixin:
     """The policy around a vLLM scheduler; mixed in before `Scheduler` or `AsyncScheduler`."""
 
@@ -82,10 +91,8 @@ class SpeechPolicyMixin:
         now = self.clock()
         waiting = self._waiting_request(request, now)
         if waiting is None:
-            import logging; logging.getLogger(__name__).warning("DEBUG untracked %s %r", request.request_id, request.sampling_params.extra_args)
             return
         rejection = self._check_arrival(now, waiting, request) if self.held or self._busy() else None
-        import logging; logging.getLogger(__name__).warning("DEBUG arrival %s %s busy=%s held=%s streams=%s rej=%s", request.request_id, waiting, self._busy(), list(self.held), self.streams, rejection)
         if rejection is not None:
             self.to_reject[request.request_id] = rejection
         else:
@@ -139,7 +146,6 @@ class SpeechPolicyMixin:
         self._forget_finished()
         plan = self.planner.plan_step(now, list(self.streams.values()), list(self.held.values()), LaneBacklog())
         self.last_plan = plan
-        if plan.admit or plan.reject: import logging; logging.getLogger(__name__).warning("DEBUG plan %s busy=%s", plan, self._busy())
         if self._busy():
             for rejection in plan.reject:
                 self.to_reject[rejection.request_id] = rejection
@@ -224,7 +230,6 @@ class SpeechPolicyMixin:
     def _forget_finished(self) -> None:
         for table in (self.streams, self.held):
             for request_id in [r for r in table if r not in self.requests or self.requests[r].is_finished()]:
-                import logging; logging.getLogger(__name__).warning("DEBUG forget %s %s %s", request_id, request_id in self.requests, self.requests[request_id].status if request_id in self.requests else None)
                 del table[request_id]
 
 

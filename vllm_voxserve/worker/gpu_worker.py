@@ -7,6 +7,7 @@ import torch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker
 
+from vllm_voxserve.scheduler.adapter import attach_report
 from vllm_voxserve.worker.codec_mode_rpc import codec_mode_call
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
 
@@ -20,6 +21,15 @@ class VoxServeGPUWorker(Worker):
         super().init_device()
         if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
             self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
+
+    def sample_tokens(self, grammar_output):
+        """Model Runner V2: the speech step report rides on the step's output to the scheduler (the V1 runner attaches
+        its own, `V1SpeechHooks.sample_tokens`). Progress only: host timings of an asynchronous GPU step mislead."""
+        output = super().sample_tokens(grammar_output)
+        speech = getattr(getattr(self.model_runner, "model_state", None), "speech", None)
+        if speech is not None:
+            attach_report(output, lambda: speech.step_report(costs=False))
+        return output
 
     def voxserve_codec_mode(self, mode: str | None = None) -> dict:
         """`collective_rpc` target (codec_mode_rpc.RPC_METHOD): report, and with `mode` switch, the codec mode."""

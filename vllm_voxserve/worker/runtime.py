@@ -126,8 +126,10 @@ class SpeechRuntime:
     def _chunks_sent(self) -> dict[str, int]:
         return {req_id: stream.chunks_sent for req_id, stream in self.pipeline.streams.items()}
 
-    def step_report(self) -> StepReport:
-        """For the scheduler after a step: each open stream's progress (cumulative), and what the step cost."""
+    def step_report(self, costs: bool = True) -> StepReport:
+        """For the scheduler after a step: each open stream's progress (cumulative), and (with `costs`) what the step
+        cost. Costs are host timings, true only where the step is synchronous (CPU): on a GPU the forward and the
+        codec run asynchronously to the host, so there the scheduler keeps its seeded costs."""
         now = time.monotonic()
         cfg = self.config
         progress = []
@@ -137,16 +139,16 @@ class SpeechRuntime:
             in_flight = getattr(stream, "chunks_cut", stream.chunks_sent) > stream.chunks_sent  # lanes mode
             progress.append(RequestProgress(req_id, frames, False, stream.chunks_sent, sent_frames * FRAME_S,
                                             self._first_audio.get(req_id), in_flight))
-        costs = []
+        samples = []
         layout, self._layout = self._layout, None
-        if layout is not None and layout.req_ids:
+        if costs and layout is not None and layout.req_ids:
             prefill_tokens = sum(n for n in layout.num_tokens if n > 1)
             kind, size = ("prefill", prefill_tokens) if prefill_tokens else ("decode", len(layout.req_ids))
-            costs.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0)))
+            samples.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0)))
             # Inline codec calls are timed here; the lanes mode's run asynchronously and are timed by the lanes.
             if self._codec_chunks and getattr(self.pipeline, "codec_mode", "inline") == "inline":
-                costs.append(CostSample("urgent_codec", self._codec_chunks, self._codec_s))
-        return StepReport(now, progress, costs=costs)
+                samples.append(CostSample("urgent_codec", self._codec_chunks, self._codec_s))
+        return StepReport(now, progress, costs=samples)
 
     def finish(self, req_id: str) -> None:
         self._first_audio.pop(req_id, None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.scheduler.adapter import REPORT_ATTR
+from vllm_voxserve.scheduler.adapter import attach_report
 from vllm_voxserve.worker.runtime import SpeechRuntime
 from vllm_voxserve.worker.step_layout import StepLayout
 
@@ -51,8 +51,8 @@ class V1SpeechHooks:
 
     def sample_tokens(self, grammar_output):
         output = super().sample_tokens(grammar_output)
-        if self.speech is not None and getattr(output, "req_ids", None):  # never the shared empty output
-            setattr(output, REPORT_ATTR, self.speech.step_report())
+        if self.speech is not None:
+            attach_report(output, lambda: self.speech.step_report(costs=self.device.type == "cpu"))
         return output
 
 
