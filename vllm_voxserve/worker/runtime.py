@@ -10,11 +10,10 @@ import logging
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from vllm_voxserve.config import VoxServeConfig
-import numpy as np
-
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import (
     load_codec_decoder,
     load_codec_encoder,
@@ -96,14 +95,19 @@ class SpeechRuntime:
 
     def after_forward(self) -> None:
         codes, rows = self.model.take_frames()
-        if rows:
-            live = [i for i, r in enumerate(rows) if r.req_id not in self._failed]
-            if len(live) != len(rows):
-                codes = codes[live]
-                rows = [rows[i] for i in live]
+        live = [i for i, r in enumerate(rows) if r.req_id not in self._failed]
+        if len(live) != len(rows):
+            codes = codes[live]
+            rows = [rows[i] for i in live]
+        if rows or self.pipeline.codec_mode != "inline":  # the lanes are pumped every step, frames or not
             sent_before = self._chunks_sent()
             started = time.monotonic()
-            self.pipeline.push(codes, [r.req_id for r in rows])
+            try:
+                self.pipeline.push(codes, [r.req_id for r in rows])
+            except Exception as exc:  # one bad chunk must not take down the engine and every other stream
+                logger.exception("codec step failed")
+                for req_id in {r.req_id for r in rows}:
+                    self._fail(req_id, f"codec failed: {type(exc).__name__}: {exc}")
             now = time.monotonic()
             sent = self._chunks_sent()
             self._codec_chunks += sum(sent.values()) - sum(sent_before.values())
@@ -135,9 +139,8 @@ class SpeechRuntime:
         progress = []
         for req_id, stream in self.pipeline.streams.items():
             sent_frames = sum(cfg.chunk_frames_at(i) for i in range(stream.chunks_sent))
-            frames = getattr(stream, "frames", sent_frames + len(stream.pending))
-            in_flight = getattr(stream, "chunks_cut", stream.chunks_sent) > stream.chunks_sent  # lanes mode
-            progress.append(RequestProgress(req_id, frames, False, stream.chunks_sent, sent_frames * FRAME_S,
+            in_flight = stream.chunks_cut > stream.chunks_sent  # lanes mode: cut, not yet decoded and sent
+            progress.append(RequestProgress(req_id, stream.frames, False, stream.chunks_sent, sent_frames * FRAME_S,
                                             self._first_audio.get(req_id), in_flight))
         samples = []
         layout, self._layout = self._layout, None
@@ -146,7 +149,7 @@ class SpeechRuntime:
             kind, size = ("prefill", prefill_tokens) if prefill_tokens else ("decode", len(layout.req_ids))
             samples.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0)))
             # Inline codec calls are timed here; the lanes mode's run asynchronously and are timed by the lanes.
-            if self._codec_chunks and getattr(self.pipeline, "codec_mode", "inline") == "inline":
+            if self._codec_chunks and self.pipeline.codec_mode == "inline":
                 samples.append(CostSample("urgent_codec", self._codec_chunks, self._codec_s))
         return StepReport(now, progress, costs=samples)
 
