@@ -8,7 +8,9 @@ TTFA is at most T and it does not stall. Rejected requests count as misses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
+
+from benchmarks.metrics import slo_capacity  # noqa: F401  (the one definition; re-exported for the sweep)
 
 STALL_THRESHOLD_S = 0.010
 
@@ -112,11 +114,3 @@ def summarize(
     )
 
 
-def slo_capacity(attainment_by_rate: Mapping[float, float], threshold: float = 0.9) -> float:
-    """Highest tested rate whose attainment, and that of every lower tested rate, is at least `threshold`."""
-    capacity = 0.0
-    for rate in sorted(attainment_by_rate):
-        if attainment_by_rate[rate] < threshold:
-            break
-        capacity = rate
-    return capacity

@@ -103,6 +103,7 @@ BAD_REQUESTS = [
     ({"ref_audio": "not base64!!"}, "ref_audio"),
     ({"ref_audio": base64.b64encode(b"RIFF....garbage").decode()}, "ref_audio"),
     ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"max_new_tokens": 9000, "ignore_eos": True}, "max_model_len"),  # a fixed length past the context
     ({"unknown_field": 1}, "unknown_field"),
 ]
 

@@ -24,8 +24,8 @@ def test_player_pauses_and_stalls():
 
 
 def test_capacity_is_the_highest_rate_with_every_lower_rate_attained():
-    assert slo_capacity({10: 1.0, 20: 0.95, 30: 0.85, 40: 0.95}) == 20
-    assert slo_capacity({10: 0.5}) == 0.0
+    assert slo_capacity({10: 1.0, 20: 0.95, 30: 0.85, 40: 0.95}, 0.9) == 20
+    assert slo_capacity({10: 0.5}, 0.9) == 0.0
 
 
 def test_rates_and_workload():

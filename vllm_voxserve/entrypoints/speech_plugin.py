@@ -19,7 +19,7 @@ from vllm_voxserve.config import VoxServeConfig
 
 from . import audio_format
 from .speech_request import SpeechRequest
-from .speech_service import Overloaded, SpeechService, SynthesisError
+from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SynthesisError
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -76,6 +76,8 @@ async def create_speech(raw: Request):
                 break
     except Overloaded as exc:
         return _overloaded(exc)
+    except InvalidSpeechRequest as exc:
+        return _error(400, str(exc))
     except SynthesisError as exc:
         return _error(500, str(exc), "server_error")
     if request.streaming:

@@ -26,7 +26,7 @@ from vllm_voxserve.models.qwen3_tts.tokenizer import (
     load_text_tokenizer,
     target_text_ids,
 )
-from vllm_voxserve.transport import AUDIO, END, AudioReceiver, new_stream_key
+from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, new_stream_key
 
 from .speech_request import SpeechRequest, decode_reference_audio
 
@@ -37,11 +37,16 @@ AUDIO_END_TIMEOUT_S = 60.0
 # Scheduling hint for the engine's scheduler (`scheduler.adapter.PLAN_KEY`): audio frames the text will take.
 PLAN_KEY = "voxserve_plan"
 FRAMES_PER_WORD = 5.2  # ≈ 80 ms frames per English word in LibriTTS-like speech
-REJECTED = "rejected"  # queue item kind beside transport.AUDIO / END / ERROR
+REJECTED = "rejected"  # queue item kinds beside transport.AUDIO / END / ERROR
+INVALID = "invalid"
 
 
 class SynthesisError(RuntimeError):
     """The engine or the worker failed this request after it was accepted."""
+
+
+class InvalidSpeechRequest(SynthesisError):
+    """vLLM refused the request's inputs (the client's to fix: HTTP 400)."""
 
 
 class Overloaded(SynthesisError):
@@ -55,6 +60,8 @@ class Overloaded(SynthesisError):
 class SpeechService:
     def __init__(self, engine_client, model_path: str, served_models: list[str], config: VoxServeConfig):
         self.engine_client = engine_client
+        model_config = getattr(getattr(engine_client, "vllm_config", None), "model_config", None)
+        self.max_model_len: int | None = getattr(model_config, "max_model_len", None)
         self.served_models = served_models
         self.config = config
         self.tokenizer = load_text_tokenizer(model_path)
@@ -121,8 +128,18 @@ class SpeechService:
             ttfa_slo_ms=request.ttfa_slo_ms,
         )
         plan = build_plan(self.tables, prompt)  # raises ValueError naming the valid speakers, languages ...
+        max_tokens = request.max_new_tokens
+        room = None if self.max_model_len is None else self.max_model_len - len(plan)
+        if room is not None and room < 2:
+            raise ValueError(f"input is too long: its prompt takes {len(plan)} of the server's max_model_len "
+                             f"({self.max_model_len}) positions, leaving no room for audio")
+        if room is not None and max_tokens > room:
+            if request.ignore_eos:  # a fixed length is honoured exactly or refused, never cut short silently
+                raise ValueError(f"max_new_tokens {max_tokens} does not fit: with this input the server's "
+                                 f"max_model_len ({self.max_model_len}) leaves room for {max(room, 0)}")
+            max_tokens = room  # an open-ended request simply may not run past the context
         params = SamplingParams(
-            max_tokens=request.max_new_tokens,
+            max_tokens=max_tokens,
             min_tokens=2,
             stop_token_ids=[self.tables.codec_eos],
             ignore_eos=request.ignore_eos,
@@ -154,6 +171,8 @@ class SpeechService:
                     return
                 elif kind == REJECTED:
                     raise Overloaded(*payload)
+                elif kind == INVALID:
+                    raise InvalidSpeechRequest(payload)
                 else:
                     raise SynthesisError(payload)
         finally:
@@ -172,12 +191,15 @@ class SpeechService:
                     return
         except asyncio.CancelledError:
             raise
+        except ValueError as exc:  # vLLM's input checks (e.g. prompt + max_new_tokens past --max-model-len)
+            queue.put_nowait((INVALID, str(exc)))
+            return
         except Exception as exc:  # the engine's own errors reach the client as a failed synthesis
-            queue.put_nowait((2, f"engine error: {type(exc).__name__}: {exc}"))
+            queue.put_nowait((ERROR, f"engine error: {type(exc).__name__}: {exc}"))
             return
         finished = time.monotonic()
         await asyncio.sleep(AUDIO_END_TIMEOUT_S)
-        queue.put_nowait((2, f"audio did not finish {time.monotonic() - finished:.0f} s after the request did"))
+        queue.put_nowait((ERROR, f"audio did not finish {time.monotonic() - finished:.0f} s after the request did"))
 
 
 def expected_frames(request: SpeechRequest) -> int:

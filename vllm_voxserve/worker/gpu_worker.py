@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import torch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker
 

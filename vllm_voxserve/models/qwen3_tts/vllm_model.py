@@ -28,7 +28,7 @@ from vllm_voxserve.worker.step_layout import StepLayout
 from .code_predictor import CodePredictor
 from .configuration import Qwen3TTSConfig
 from .job import SpeechJob
-from .prompt import PromptTables, SpeechPrompt, TalkerGenerationRules, build_plan
+from .prompt import PromptTables, TalkerGenerationRules, build_plan
 from .step_buffers import DecodeRow, ServedRequest, StepBuffers
 from .talker import TextProjection, embed_plan
 
