@@ -28,6 +28,11 @@ def test_fill_mixes_prefill_chunks_decode_rows_and_vllm_dummy_rows():
     assert buffers.suppress_eos[:3].tolist() == [False, True, False]
     assert buffers.seed[0].item() == 9 and buffers.frame_index[0].item() == 1
     assert buffers.write_slot[4:].eq(4).all() and not buffers.is_decode[4:].any()
+    # the code predictor runs on the decode rows only, padded by repeating the first one
+    assert buffers.decode_row_index.tolist() == [0, 0, 0, 0]
+    requests["c"] = request("c", 3, 2)
+    buffers.fill(StepLayout(("b", "c", "a"), (2, 1, 1), (1, 2, 7)), requests)
+    assert buffers.decode_row_index.tolist() == [2, 3, 2, 2]
 
 
 def test_decode_past_the_trailing_text_adds_tts_pad_and_preemption_is_reported():

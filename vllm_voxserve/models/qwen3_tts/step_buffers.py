@@ -55,6 +55,9 @@ class StepBuffers:
         self.max_tokens = max_tokens
         self.scratch_slot = max_slots  # rows that must not touch a request's stash write here
         kw = {"device": device}
+        self.max_decode_rows = max_slots  # a step has at most one decode row per request
+        # The rows the code predictor runs on (decode rows, padded by repeating the first): prefill rows skip it.
+        self.decode_row_index = torch.zeros(max_slots, dtype=torch.long, **kw)
         self.text_ids = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.is_decode = torch.zeros(max_tokens, dtype=torch.bool, **kw)
         self.read_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)
@@ -127,6 +130,9 @@ class StepBuffers:
         self.suppress_eos[:width].copy_(torch.from_numpy(suppress[:width].astype(bool)), non_blocking=True)
         self.cp_temperature[:width].copy_(torch.from_numpy(floats[0, :width]), non_blocking=True)
         self.cp_top_p[:width].copy_(torch.from_numpy(floats[1, :width]), non_blocking=True)
+        decode_index = [r.row for r in decode_rows] or [0]
+        decode_index += [decode_index[0]] * (self.max_decode_rows - len(decode_index))
+        self.decode_row_index.copy_(torch.tensor(decode_index, dtype=torch.long), non_blocking=True)
         # Rows past n (graph padding) keep old values; they only ever write the scratch slot.
         self.write_slot[n : self.max_tokens].fill_(self.scratch_slot)
         self.is_decode[n : self.max_tokens].fill_(False)

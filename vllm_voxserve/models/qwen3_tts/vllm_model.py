@@ -162,18 +162,20 @@ class Qwen3TTSForVllm(nn.Module):
                 inputs_embeds: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
         buf = self._step_buffers()
         n = input_ids.shape[0]
-        talker = self.talker
-        # Decode rows: the code predictor completes the frame whose codebook 0 vLLM sampled last step.
-        c0 = input_ids.clamp(0, talker.codec_head.out_features - 1)
-        previous_hidden = buf.stash.index_select(0, buf.read_slot[:n])
-        cp = talker.code_predictor
-        noise = uniform_noise(buf.seed[:n], buf.frame_index[:n], cp.num_groups - 1, cp.config.vocab_size)
-        rest = cp.predict_frame(previous_hidden, c0, buf.cp_temperature[:n], buf.cp_top_k[:n], buf.cp_top_p[:n],
-                                uniform=noise)
+        talker, cp = self.talker, self.talker.code_predictor
+        # Decode rows: the code predictor completes the frame whose codebook 0 vLLM sampled last step. It runs on
+        # at most one row per request (m depends only on n, so a CUDA graph per n stays valid), not on prefill rows.
+        m = min(n, buf.max_decode_rows)
+        rows = buf.decode_row_index[:m]
+        c0 = input_ids.index_select(0, rows).clamp(0, talker.codec_head.out_features - 1)
+        slots = buf.read_slot.index_select(0, rows)
+        noise = uniform_noise(buf.seed[rows], buf.frame_index[rows], cp.num_groups - 1, cp.config.vocab_size)
+        rest = cp.predict_frame(buf.stash.index_select(0, slots), c0, buf.cp_temperature[rows], buf.cp_top_k[rows],
+                                buf.cp_top_p[rows], uniform=noise)
         codes = torch.cat([c0[:, None], rest], dim=1)
-        buf.frame_codes[:n].copy_(codes)
-        text = talker.text_projection(talker.model.text_embedding(buf.text_ids[:n]))
-        decode_embeds = talker.code_predictor.frame_embedding(codes) + text
+        buf.frame_codes[:n].index_copy_(0, rows, codes)  # padding repeats a real row: equal values, no race
+        text = talker.text_projection(talker.model.text_embedding(buf.text_ids.index_select(0, rows)))
+        decode_embeds = torch.zeros_like(buf.prefill_embeds[:n]).index_copy_(0, rows, cp.frame_embedding(codes) + text)
         embeds = torch.where(buf.is_decode[:n, None], decode_embeds, buf.prefill_embeds[:n])
         hidden = talker.model(positions, embeds)
         buf.stash.index_copy_(0, buf.write_slot[:n], hidden)
