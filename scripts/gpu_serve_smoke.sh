@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (vLLM from ../shared/gpu-stack installed; see README): make a random Qwen3-TTS-1.7B-CustomVoice
 # checkpoint in the official layout, serve it with `vllm serve ... --plugin voxserve` (CUDA graphs on), stream a few
-# requests (or, with SEARCH_ARGS, run the benchmark suite's capacity search) and write logs and results under
+# requests (or, with SEARCH_ARGS / ABLATION_ARGS, run the benchmark suite's capacity search / mode ablation, e.g.
+# ABLATION_ARGS="--modes inline,lanes --strategy search --window-s 20 --time-budget-s 400") and write results under
 # ${OUT:-out}.
 set -euo pipefail
 out=${OUT:-out}; mkdir -p "$out"
@@ -22,7 +23,10 @@ until curl -sf "http://127.0.0.1:$port/health" > /dev/null; do
   sleep 2
 done
 echo "healthy after $(( $(date +%s) - started )) s" | tee "$out/startup.txt"
-if [ -n "${SEARCH_ARGS:-}" ]; then  # SLO capacity search with the benchmark suite (LibriTTS, fixed lengths)
+if [ -n "${ABLATION_ARGS:-}" ]; then  # the codec modes side by side, switched live (POST /voxserve/mode)
+  python3 -m benchmarks ablation --base-url "http://127.0.0.1:$port" --model qwen3-tts --fixed-length \
+    --no-progress --out "$out/ablation" $ABLATION_ARGS
+elif [ -n "${SEARCH_ARGS:-}" ]; then  # SLO capacity search with the benchmark suite (LibriTTS, fixed lengths)
   python3 -m benchmarks search --base-url "http://127.0.0.1:$port" --model qwen3-tts --fixed-length \
     --no-progress --out "$out/search" $SEARCH_ARGS
 else
