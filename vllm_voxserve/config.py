@@ -165,10 +165,7 @@ class VoxServeConfig:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> VoxServeConfig:
         raw = dict(raw or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"unknown voxserve config keys {unknown}; valid keys: {sorted(known)}")
+        _reject_unknown("voxserve", raw, cls)
         if "codec_mode" in raw:
             try:
                 raw["codec_mode"] = CodecMode(raw["codec_mode"])

@@ -144,8 +144,8 @@ class Qwen3TTSForVllm(nn.Module):
         rows, self._decode_rows = self._decode_rows, []
         if not rows:
             return self.buffers.frame_codes[:0], rows
-        index = torch.tensor([r.row for r in rows], dtype=torch.long, device=self.buffers.frame_codes.device)
-        return self.buffers.frame_codes.index_select(0, index), rows
+        # the step's decode rows lead `decode_row_index`, in the order of `rows`
+        return self.buffers.frame_codes.index_select(0, self.buffers.decode_row_index[: len(rows)]), rows
 
     @staticmethod
     def get_model_state_cls():
