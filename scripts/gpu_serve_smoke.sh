@@ -14,15 +14,23 @@ port=${PORT:-8000}
 [ -e "$ckpt/vocab.json" ] || cp "${TOKENIZER_DIR:-.gpu/tokenizer}"/* "$ckpt"/
 started=$(date +%s)
 if [ "${SPELLING:-flag}" = env ]; then export VLLM_PLUGINS=voxserve; plugin=(); else plugin=(--plugin voxserve); fi
-python3 -m vllm.entrypoints.cli.main serve "$ckpt" "${plugin[@]}" --port "$port" --served-model-name qwen3-tts \
-  --max-model-len 4096 --max-num-seqs 128 --gpu-memory-utilization 0.85 ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+if curl -sf "http://127.0.0.1:$port/health" > /dev/null; then
+  echo "reusing the server already on port $port (KEEP_SERVER=1 left it running)" | tee "$out/reused.txt"
+else
+  # setsid: with KEEP_SERVER=1 the server outlives this script (a later call on the same warm host reuses it)
+  setsid python3 -m vllm.entrypoints.cli.main serve "$ckpt" "${plugin[@]}" --port "$port" --served-model-name qwen3-tts \
+    --max-model-len 4096 --max-num-seqs 128 --gpu-memory-utilization 0.85 ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+  pid=$!
+  [ -n "${KEEP_SERVER:-}" ] || trap 'kill -- -$pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+fi
 until curl -sf "http://127.0.0.1:$port/health" > /dev/null; do
-  kill -0 $pid 2>/dev/null || { echo "server died"; tail -50 "$out/serve.log"; exit 1; }
+  [ -z "${pid:-}" ] || kill -0 $pid 2>/dev/null || { echo "server died"; tail -50 "$out/serve.log"; exit 1; }
   sleep 2
 done
 echo "healthy after $(( $(date +%s) - started )) s" | tee "$out/startup.txt"
+if [ -n "${PROBE_FIRST:-}" ]; then  # a few streamed requests first (quick look at first-audio times)
+  python3 scripts/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" ${PROBE_ARGS:-}
+fi
 if [ -n "${ABLATION_ARGS:-}" ]; then  # the codec modes side by side, switched live (POST /voxserve/mode)
   python3 -m benchmarks ablation --base-url "http://127.0.0.1:$port" --model qwen3-tts --fixed-length \
     --no-progress --out "$out/ablation" $ABLATION_ARGS

@@ -112,6 +112,10 @@ class VoxServeConfig:
     max_codec_batch: int = 16
     # Codec precision: the exact incremental decode is checked in float32; bfloat16 is faster on GPU.
     codec_dtype: str = "float32"
+    # The served code predictor on GPU: torch.compile its frame, and replay it from CUDA graphs per batch bucket
+    # in the steps vLLM does not capture whole (both ignored on CPU).
+    code_predictor_compile: bool = True
+    code_predictor_graphs: bool = True
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -124,6 +128,9 @@ class VoxServeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
+        for name in ("code_predictor_compile", "code_predictor_graphs"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("float32", "bfloat16", "float16"):

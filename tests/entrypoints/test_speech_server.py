@@ -105,6 +105,8 @@ BAD_REQUESTS = [
     ({"max_new_tokens": 0}, "max_new_tokens"),
     ({"max_new_tokens": 9000, "ignore_eos": True}, "max_model_len"),  # a fixed length past the context
     ({"unknown_field": 1}, "unknown_field"),
+    ({"subtalker_top_k": 0}, "subtalker_top_k"),  # sampling the code predictor needs 1 <= top_k <= 64
+    ({"subtalker_top_k": 65}, "subtalker_top_k"),
 ]
 
 

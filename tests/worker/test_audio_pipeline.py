@@ -75,7 +75,7 @@ def random_codes(frames: int, seed: int) -> torch.Tensor:
 
 @torch.no_grad()
 def full_decode(program, codes: torch.Tensor) -> np.ndarray:
-    return program.decoder(codes.T[None])[0, 0].float().numpy()
+    return program.decoder(codes.T[None])[0, 0].float().cpu().numpy()
 
 
 def num_chunks(frames: int) -> int:
@@ -281,3 +281,28 @@ def test_worker_rpc_reports_switches_and_refuses(program):
     reply = codec_mode_call(Runner, "inline")
     assert reply["status"] == 409 and reply["current"] == "lanes"
     assert codec_mode_call(object(), "lanes")["status"] == 503
+
+
+@pytest.mark.gpu
+def test_inline_mode_on_gpu_decodes_through_codec_graphs_as_eagerly(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    make_random_speech_tokenizer(tmp_path, "tiny", 0, torch.float32)
+    program = Qwen3CodecProgram(load_codec_decoder(tmp_path, torch.float32).cuda())
+    audio = {}
+    for use_graphs in (True, False):
+        config = VoxServeConfig.from_dict({"codec_mode": "inline", "first_chunk_frames": FIRST,
+                                           "chunk_frames": LATER, "max_codec_slots": 8,
+                                           "lanes": {"use_graphs": use_graphs}})
+        sender = FakeSender()
+        pipeline = AudioPipeline(program, config, sender, torch.device("cuda"), clock=FrozenClock())
+        assert (pipeline.inline_graphs is not None) == use_graphs
+        codes = run_interleaved(pipeline, LENGTHS, STARTS)
+        for r, n in LENGTHS.items():
+            got = sender.of(f"key-{r}")
+            assert [m[0] for m in got] == ["audio"] * num_chunks(n) + ["end"]
+            audio[use_graphs, r] = np.concatenate([m[3] for m in got[:-1]])
+    for r in LENGTHS:
+        np.testing.assert_allclose(audio[True, r], audio[False, r], atol=1e-5)
+        # a full decode differs by TF32 convolution rounding on GPU, not by more
+        np.testing.assert_allclose(audio[True, r], full_decode(program, codes[r].cuda()), atol=5e-3)

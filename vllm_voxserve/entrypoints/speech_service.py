@@ -18,7 +18,12 @@ import numpy as np
 
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
-from vllm_voxserve.models.qwen3_tts.job import SAMPLES_PER_FRAME, CodePredictorSampling, SpeechJob
+from vllm_voxserve.models.qwen3_tts.job import (
+    MAX_CODE_PREDICTOR_TOP_K,
+    SAMPLES_PER_FRAME,
+    CodePredictorSampling,
+    SpeechJob,
+)
 from vllm_voxserve.models.qwen3_tts.prompt import PromptTables, SpeechPrompt, build_plan
 from vllm_voxserve.models.qwen3_tts.tokenizer import (
     encode_instruct,
@@ -113,6 +118,14 @@ class SpeechService:
             non_streaming=request.non_streaming_mode,
         )
         gen = self.generation_defaults
+        cp_sampling = CodePredictorSampling(
+            temperature=_pick(request.subtalker_temperature, gen.get("subtalker_temperature"), 0.9),
+            top_k=_pick(request.subtalker_top_k, gen.get("subtalker_top_k"), 50),
+            top_p=_pick(request.subtalker_top_p, gen.get("subtalker_top_p"), 1.0),
+        )
+        if cp_sampling.temperature > 0 and not 1 <= cp_sampling.top_k <= MAX_CODE_PREDICTOR_TOP_K:
+            raise ValueError(f"subtalker_top_k must be between 1 and {MAX_CODE_PREDICTOR_TOP_K} when the code "
+                             f"predictor samples (subtalker_temperature > 0), got {cp_sampling.top_k}")
         job = SpeechJob(
             stream_key=new_stream_key(),
             audio_address=self.receiver.address,
@@ -120,11 +133,7 @@ class SpeechService:
             ref_audio=ref_audio,
             fixed_length=request.ignore_eos,
             seed=request.seed,
-            code_predictor=CodePredictorSampling(
-                temperature=_pick(request.subtalker_temperature, gen.get("subtalker_temperature"), 0.9),
-                top_k=_pick(request.subtalker_top_k, gen.get("subtalker_top_k"), 50),
-                top_p=_pick(request.subtalker_top_p, gen.get("subtalker_top_p"), 1.0),
-            ),
+            code_predictor=cp_sampling,
             ttfa_slo_ms=request.ttfa_slo_ms,
         )
         plan = build_plan(self.tables, prompt)  # raises ValueError naming the valid speakers, languages ...

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from vllm_voxserve.codec_lanes.executables import CodecExecutables, powers_of_two_up_to, smallest_at_least
 from vllm_voxserve.config import CodecMode, VoxServeConfig
 from vllm_voxserve.models.program import CodecProgram
 from vllm_voxserve.transport import AudioSender
@@ -55,6 +56,7 @@ class AudioPipeline:
         self.pool = None  # inline mode's state pool and free slots, built on first use
         self._free_slots: list[int] = []
         self.lanes: LaneDispatch | None = None  # lanes mode's dispatcher, built on first use
+        self.inline_graphs: CodecExecutables | None = None  # inline mode on GPU: codec graphs per (batch, frames)
         self.mode = CodecMode(config.codec_mode)
         self._prepare(self.mode)
 
@@ -81,8 +83,16 @@ class AudioPipeline:
 
     def _prepare(self, mode: CodecMode) -> None:
         if mode is CodecMode.INLINE and self.pool is None:
-            self.pool = self.program.make_state_pool(self.config.max_codec_slots, self.device)
-            self._free_slots = list(range(self.config.max_codec_slots - 1, -1, -1))
+            slots = self.config.max_codec_slots
+            self.pool = self.program.make_state_pool(slots + 1, self.device)  # + the graphs' padding slot
+            self._free_slots = list(range(slots - 1, -1, -1))
+            if self.device.type == "cuda" and self.config.lanes.use_graphs:
+                # the same CUDA-graph executables as the lanes, on the whole GPU, replayed in the step's stream
+                self.inline_graphs = CodecExecutables(
+                    self.program, self.pool, torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device),
+                    self.device, powers_of_two_up_to(self.config.max_codec_batch), self.config.lanes.frame_counts,
+                    padding_slot=slots, use_graphs=True)
+                self.inline_graphs.capture()
         elif mode is CodecMode.LANES and self.lanes is None:
             self.lanes = LaneDispatch(self.program, self.config, self.device, self._deliver, self._ended,
                                       self.clock)
@@ -138,7 +148,7 @@ class AudioPipeline:
             return
         if self.mode is CodecMode.INLINE:
             if stream.pending:
-                self._decode([(req_id, torch.stack(stream.pending))])
+                self._decode([(req_id, torch.stack(stream.pending))], last=True)
             self._end(req_id, None)
             return
         if stream.closing:
@@ -178,7 +188,7 @@ class AudioPipeline:
         self._send(req_id, audio.numpy())
 
     @torch.no_grad()
-    def _decode(self, chunks: list[tuple[str, torch.Tensor]], send: bool = True) -> None:
+    def _decode(self, chunks: list[tuple[str, torch.Tensor]], send: bool = True, last: bool = False) -> None:
         by_length: dict[int, list[tuple[str, torch.Tensor]]] = {}
         for req_id, frames in chunks:
             by_length.setdefault(frames.shape[0], []).append((req_id, frames))
@@ -186,12 +196,26 @@ class AudioPipeline:
         for group in by_length.values():
             for start in range(0, len(group), limit):
                 batch = group[start : start + limit]
-                codes = torch.stack([frames for _, frames in batch]).clamp_(0, MAX_CODE)
-                slots = torch.tensor([self.streams[r].slot for r, _ in batch], dtype=torch.long, device=self.device)
-                wav = self.program.decode(codes, slots, self.pool).float().cpu().numpy()
+                wav = self._decode_batch(batch, last)
                 if send:
                     for (req_id, _), audio in zip(batch, wav, strict=True):
                         self._send(req_id, audio)
+
+    def _decode_batch(self, batch: list[tuple[str, torch.Tensor]], last: bool):
+        """float32 audio [len(batch), F * samples_per_frame] (numpy) of chunks of equal length F."""
+        frames = batch[0][1].shape[0]
+        slots = [self.streams[r].slot for r, _ in batch]
+        graphs = self.inline_graphs
+        if graphs is not None and (frames in graphs.frame_counts or (last and frames <= graphs.frame_counts[-1])):
+            # a shorter last chunk runs in the next graph up: its padding frames come after its audio (causal) and
+            # only advance a state nobody reads again
+            padded = smallest_at_least(graphs.frame_counts, frames)
+            bucket = graphs.plan([f.clamp(0, MAX_CODE) for _, f in batch], slots, (), padded)
+            wav = graphs.run(bucket, padded)[: len(batch), : frames * self.program.samples_per_frame]
+            return wav.cpu().numpy()
+        codes = torch.stack([f for _, f in batch]).clamp_(0, MAX_CODE)
+        slot_ids = torch.tensor(slots, dtype=torch.long, device=self.device)
+        return self.program.decode(codes, slot_ids, self.pool).float().cpu().numpy()
 
     def _send(self, req_id: str, audio) -> None:
         stream = self.streams[req_id]

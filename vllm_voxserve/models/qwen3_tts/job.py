@@ -19,6 +19,11 @@ SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920
 
 
+# The served code predictor samples among this many top logits (`fused_code_predictor`), so a sampled request's
+# code-predictor top_k must lie in 1..MAX_CODE_PREDICTOR_TOP_K (the official default is 50).
+MAX_CODE_PREDICTOR_TOP_K = 64
+
+
 @dataclass(frozen=True)
 class CodePredictorSampling:
     """Sampling of codebooks 1..15 (the official `subtalker_*` settings); temperature <= 0 means greedy."""

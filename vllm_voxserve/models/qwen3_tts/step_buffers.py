@@ -55,9 +55,14 @@ class StepBuffers:
         self.max_tokens = max_tokens
         self.scratch_slot = max_slots  # rows that must not touch a request's stash write here
         kw = {"device": device}
-        self.max_decode_rows = max_slots  # a step has at most one decode row per request
+        # A step has at most one decode row per request; the code predictor runs on at least two rows (a batch of
+        # one would make torch.compile specialise the batch size).
+        self.max_decode_rows = max(max_slots, 2)
         # The rows the code predictor runs on (decode rows, padded by repeating the first): prefill rows skip it.
-        self.decode_row_index = torch.zeros(max_slots, dtype=torch.long, **kw)
+        self.decode_row_index = torch.zeros(self.max_decode_rows, dtype=torch.long, **kw)
+        # The code predictor's codebook-0 input and codebooks 1..15 output, per decode row (fixed addresses).
+        self.cp_c0 = torch.zeros(self.max_decode_rows, dtype=torch.long, **kw)
+        self.cp_codes = torch.zeros(self.max_decode_rows, 15, dtype=torch.long, **kw)
         self.text_ids = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.is_decode = torch.zeros(max_tokens, dtype=torch.bool, **kw)
         self.read_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)

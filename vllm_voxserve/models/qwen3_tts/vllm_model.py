@@ -22,13 +22,14 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
 
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.models.seeded_noise import uniform_noise
 from vllm_voxserve.worker.step_layout import StepLayout
 
 from .code_predictor import CodePredictor
+from .fused_code_predictor import FusedCodePredictor
 from .configuration import Qwen3TTSConfig
 from .job import SpeechJob
 from .prompt import PromptTables, TalkerGenerationRules, build_plan
+from .served_code_predictor import ServedCodePredictor
 from .step_buffers import DecodeRow, ServedRequest, StepBuffers
 from .talker import TextProjection, embed_plan
 
@@ -91,6 +92,7 @@ class Qwen3TTSForVllm(nn.Module):
         self.requests: dict[str, ServedRequest] = {}
         self._free_slots: list[int] = []
         self._decode_rows: list[DecodeRow] = []
+        self.served_cp: ServedCodePredictor | None = None  # made at the first forward
 
     # ---- request lifecycle (called by the runner adapters) -------------------------------------------------
     def _step_buffers(self) -> StepBuffers:
@@ -162,24 +164,28 @@ class Qwen3TTSForVllm(nn.Module):
                 inputs_embeds: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
         buf = self._step_buffers()
         n = input_ids.shape[0]
-        talker, cp = self.talker, self.talker.code_predictor
-        # Decode rows: the code predictor completes the frame whose codebook 0 vLLM sampled last step. It runs on
-        # at most one row per request (m depends only on n, so a CUDA graph per n stays valid), not on prefill rows.
-        m = min(n, buf.max_decode_rows)
-        rows = buf.decode_row_index[:m]
-        c0 = input_ids.index_select(0, rows).clamp(0, talker.codec_head.out_features - 1)
-        slots = buf.read_slot.index_select(0, rows)
-        noise = uniform_noise(buf.seed[rows], buf.frame_index[rows], cp.num_groups - 1, cp.config.vocab_size)
-        rest = cp.predict_frame(buf.stash.index_select(0, slots), c0, buf.cp_temperature[rows], buf.cp_top_k[rows],
-                                buf.cp_top_p[rows], uniform=noise)
-        codes = torch.cat([c0[:, None], rest], dim=1)
+        talker = self.talker
+        # Decode rows: the code predictor completes the frame whose codebook 0 vLLM sampled last step (its input
+        # id here). It runs on decode rows only, at most one per request (`ServedCodePredictor`), never on prefill.
+        k = self._code_predictor().run(input_ids, len(self._decode_rows))
+        rows = buf.decode_row_index[:k].clamp(max=n - 1)
+        codes = torch.cat([buf.cp_c0[:k, None], buf.cp_codes[:k]], dim=1)
         buf.frame_codes[:n].index_copy_(0, rows, codes)  # padding repeats a real row: equal values, no race
         text = talker.text_projection(talker.model.text_embedding(buf.text_ids.index_select(0, rows)))
-        decode_embeds = torch.zeros_like(buf.prefill_embeds[:n]).index_copy_(0, rows, cp.frame_embedding(codes) + text)
+        frame = talker.code_predictor.frame_embedding(codes) + text
+        decode_embeds = torch.zeros_like(buf.prefill_embeds[:n]).index_copy_(0, rows, frame)
         embeds = torch.where(buf.is_decode[:n, None], decode_embeds, buf.prefill_embeds[:n])
         hidden = talker.model(positions, embeds)
         buf.stash.index_copy_(0, buf.write_slot[:n], hidden)
         return hidden
+
+    def _code_predictor(self) -> ServedCodePredictor:
+        if self.served_cp is None:  # after load_weights: the fused copies are made from the loaded weights
+            self.served_cp = ServedCodePredictor(
+                FusedCodePredictor(self.talker.code_predictor), self._step_buffers(),
+                self.talker.codec_head.out_features, self.voxserve.code_predictor_compile,
+                self.voxserve.code_predictor_graphs)
+        return self.served_cp
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         logits = self.talker.codec_head(hidden_states).float()

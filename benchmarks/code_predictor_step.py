@@ -1,0 +1,108 @@
+"""Code predictor frame time on one GPU: the reference frame vs the served (fused) frame, side by side in one run.
+
+    python -m benchmarks.code_predictor_step --size 1.7b --batches 1,16,64,128 --out cp.json
+
+Every variant runs as one CUDA graph per batch size (replays timed with CUDA events), random weights in bf16:
+`reference` is `CodePredictor.predict_frame` (what the served step ran before the fused frame), `fused` is
+`FusedCodePredictor.frame` without compilation, `fused+compile` the same torch.compile'd (what the server runs).
+All sample as the server does (temperature 0.9, top-k 50, per-row counter noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from vllm_voxserve.models.qwen3_tts.checkpoint import official_config, randomize_
+from vllm_voxserve.models.qwen3_tts.code_predictor import CodePredictor
+from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
+from vllm_voxserve.models.qwen3_tts.fused_code_predictor import FusedCodePredictor
+from vllm_voxserve.models.seeded_noise import uniform_noise
+
+
+def build(size: str, device: str) -> CodePredictor:
+    talker = Qwen3TTSConfig.from_dict(official_config(size, "custom_voice")).talker_config
+    cp = CodePredictor(talker.code_predictor_config, talker.hidden_size)
+    c0_table = torch.nn.Embedding(talker.vocab_size, talker.hidden_size)
+    randomize_(cp, torch.Generator().manual_seed(0))
+    randomize_(c0_table, torch.Generator().manual_seed(1))
+    cp.bind_codec_embedding(c0_table.to(device, torch.bfloat16))
+    return cp.to(device, torch.bfloat16).eval()
+
+
+def time_graph(fn, iters: int) -> tuple[float, torch.Tensor]:
+    """Median ms of `iters` replays of one CUDA graph of fn (after two eager warm-ups)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(), fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2], out.clone()
+
+
+@torch.inference_mode()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="1.7b", choices=("0.6b", "1.7b"))
+    parser.add_argument("--batches", default="1,16,64,128")
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    cp = build(args.size, "cuda")
+    fused = FusedCodePredictor(cp)
+    compiled = torch.compile(fused.frame, fullgraph=True)
+    rows = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        g = torch.Generator(device="cuda").manual_seed(batch)
+        hidden = torch.randn(batch, cp.small_to_mtp_projection.in_features if fused.project_hidden else
+                             cp.config.hidden_size, device="cuda", generator=g).to(torch.bfloat16)
+        c0 = torch.randint(0, 2048, (batch,), device="cuda", generator=g)
+        temperature = torch.full((batch,), 0.9, device="cuda")
+        top_k = torch.full((batch,), 50, device="cuda", dtype=torch.long)
+        top_p = torch.ones(batch, device="cuda")
+        seed = torch.randint(0, 2**31, (batch,), device="cuda", generator=g)
+        frame = torch.zeros(batch, dtype=torch.long, device="cuda")
+        fused_args = (hidden, c0, temperature, top_k, top_p, seed, frame)
+
+        def reference():
+            noise = uniform_noise(seed, frame, 15, cp.config.vocab_size)
+            return cp.predict_frame(hidden, c0, temperature, top_k, top_p, uniform=noise)
+
+        if batch >= 2:
+            for t in fused_args:
+                torch._dynamo.mark_dynamic(t, 0)
+        started = time.perf_counter()
+        compiled(*fused_args)
+        compile_s = time.perf_counter() - started
+        row = {"batch": batch, "compile_or_load_s": round(compile_s, 2)}
+        outs = {}
+        for name, fn in (("reference", reference), ("fused", lambda: fused.frame(*fused_args)),
+                         ("fused+compile", lambda: compiled(*fused_args))):
+            row[f"{name}_ms"], outs[name] = time_graph(fn, args.iters)
+        # bf16 rounding differs between the variants, so report agreement instead of asserting equality
+        row["codes_equal_to_reference"] = {k: float((v == outs["reference"]).float().mean()) for k, v in outs.items()}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    record = {"device": torch.cuda.get_device_name(), "size": args.size, "torch": torch.__version__, "rows": rows}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
