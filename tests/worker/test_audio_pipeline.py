@@ -283,6 +283,27 @@ def test_worker_rpc_reports_switches_and_refuses(program):
     assert codec_mode_call(object(), "lanes")["status"] == 503
 
 
+def test_a_first_chunk_and_an_overdue_later_chunk_of_another_length_run_in_separate_batches(program):
+    """Both are urgent at once; one batch runs one (bucket, frames) executable, so each gets its own (found on the
+    H200 at 64 req/s, where such a mixed batch failed every request in it)."""
+    pipeline, sender, launches = make_pipeline(program, "lanes")
+    clock = pipeline.lanes.clock
+    a, b = random_codes(FIRST + LATER, seed=1), random_codes(FIRST, seed=2)
+    pipeline.open("a", "key-a", "addr")
+    pipeline.push(a[:FIRST], ["a"] * FIRST)  # a's first chunk: urgent lane
+    pipeline.push(a[FIRST:], ["a"] * LATER)  # a's second chunk waits for a background batch
+    pipeline.open("b", "key-b", "addr")
+    clock.now += 30.0  # a's second chunk is now overdue: urgent, like b's first chunk (another length)
+    pipeline.push(b, ["b"] * FIRST)
+    pipeline.close("a")
+    pipeline.close("b")
+    pipeline.lanes.drain()
+    check_stream(sender, "key-a", full_decode(program, a), 2)
+    check_stream(sender, "key-b", full_decode(program, b), 1)
+    urgent = [chunks for kind, chunks, _ in launches if kind is LaneKind.URGENT]
+    assert [("a", 0)] in urgent and any(("a", 1) in c for c in urgent) and any(("b", 0) in c for c in urgent)
+
+
 @pytest.mark.gpu
 def test_inline_mode_on_gpu_decodes_through_codec_graphs_as_eagerly(tmp_path):
     if not torch.cuda.is_available():

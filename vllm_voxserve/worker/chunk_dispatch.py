@@ -31,6 +31,7 @@ from vllm_voxserve.codec_lanes import (
     cpu_partitions,
     create_partitions,
 )
+from vllm_voxserve.codec_lanes.executables import smallest_at_least
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.program import CodecProgram
 from vllm_voxserve.scheduler import CostSample, LaneBacklog, Planner, StepReport, StreamState
@@ -69,6 +70,7 @@ class LaneDispatch:
         else:
             partitions = cpu_partitions()
         self.manager = LaneManager(program, partitions, lane_config, self._on_chunk)
+        self.frame_counts = tuple(sorted(lanes.frame_counts))
         self.requests: dict[str, _Request] = {}
 
     # request lifecycle -------------------------------------------------------------------------------------------
@@ -155,10 +157,23 @@ class LaneDispatch:
                                       lm_free=False)
         launched = False
         for kind, chosen in ((LaneKind.URGENT, plan.urgent), (LaneKind.BACKGROUND, plan.background)):
+            chosen = self._one_executable(chosen)
             if chosen:
                 self._submit(kind, chosen[: self.manager.max_batch(kind)])
                 launched = True
         return launched
+
+    def _one_executable(self, chosen: list[ReadyChunk]) -> list[ReadyChunk]:
+        """The chosen chunks that run at the first one's frame count: a batch is one (bucket, frames) graph, so a
+        first chunk and a later chunk of another length wait for separate batches (the rest stay queued)."""
+        def runs_at(ready: ReadyChunk) -> int:
+            is_last = self.requests[ready.request_id].queue[0].is_last  # only a last chunk may be padded up
+            return smallest_at_least(self.frame_counts, ready.frames) if is_last else ready.frames
+
+        if not chosen:
+            return chosen
+        frames = runs_at(chosen[0])
+        return [ready for ready in chosen if runs_at(ready) == frames]
 
     def _submit(self, kind: LaneKind, chosen: list[ReadyChunk]) -> None:
         chunks = []

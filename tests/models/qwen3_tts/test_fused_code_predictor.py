@@ -92,13 +92,31 @@ def test_compiled_frame_in_a_cuda_graph_equals_eager():
     params = (torch.full((16,), 0.9, device="cuda"), torch.full((16,), 50, device="cuda"),
               torch.ones(16, device="cuda"))
     eager = fused.frame(hidden, c0, *params, seed, frame)
-    compiled = torch.compile(fused.frame, fullgraph=True)
-    for t in (hidden, c0, *params, seed, frame):
-        torch._dynamo.mark_dynamic(t, 0)
-    compiled(hidden, c0, *params, seed, frame)  # compile + warm up
+    fused.compile()
+    fused.frame(hidden, c0, *params, seed, frame)  # compile + warm up
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = compiled(hidden, c0, *params, seed, frame)
+        out = fused.frame(hidden, c0, *params, seed, frame)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
+
+
+@torch.no_grad()
+def test_compiled_frame_equals_eager_for_any_batch_without_recompiling():
+    """torch.compile (CPU inductor here) of the two repeated pieces: one graph per piece and pass shape serves every
+    batch size; the codes equal the eager frame's."""
+    import torch._dynamo
+
+    talker = _talker(True)
+    fused = FusedCodePredictor(talker.code_predictor)
+    inputs = {b: _rows(talker, b, seed=b) for b in (3, 5, 2)}
+    params = {b: (torch.full((b,), 0.9), torch.full((b,), 50), torch.ones(b)) for b in inputs}
+    eager = {b: fused.frame(h, c0, *params[b], seed, frame) for b, (h, c0, seed, frame) in inputs.items()}
+    torch._dynamo.reset()
+    fused.compile()
+    counts = []
+    for b, (h, c0, seed, frame) in inputs.items():
+        assert torch.equal(fused.frame(h, c0, *params[b], seed, frame), eager[b])
+        counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    assert counts[0] > 0 and counts[1] == counts[2] == counts[0]  # batches 5 and 2 reuse batch 3's graphs

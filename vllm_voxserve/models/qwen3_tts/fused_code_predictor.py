@@ -10,8 +10,9 @@ Here, with the same results:
 - sampling over the `CANDIDATES` largest logits: temperature, top-k, top-p, then the exponential race with the same
   counter noise as `sampling.sample` read at the candidates' vocabulary ids. A row's codes are the reference's
   whenever 1 <= top_k <= CANDIDATES (the endpoint refuses other top-k for sampled rows); greedy rows use all logits.
-`frame` is pure tensor code whose shapes depend only on the batch size: torch.compile fuses its element-wise work
-and a CUDA graph captures it whole on GPU; CPU tests run it eagerly against the reference.
+`frame` is pure tensor code whose shapes depend only on the batch size: torch.compile fuses the element-wise work of
+its two repeated pieces (`compile`) and a CUDA graph captures it whole on GPU; CPU tests run it eagerly against
+the reference.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class FusedCodePredictor(nn.Module):
         if layer0.q_proj.bias is not None:
             raise ValueError("the fused code predictor assumes attention without bias (as Qwen3-TTS has)")
         dev = cp.model.norm.weight.device
+        self._layer_pass, self._head_pick, self._compiled = _layer_pass, self._head_pick_eager, False
         with torch.no_grad():
             for i, layer in enumerate(cp.model.layers):
                 attn, mlp = layer.self_attn, layer.mlp
@@ -78,7 +80,10 @@ class FusedCodePredictor(nn.Module):
                                       cp.model.norm.weight.dtype)
             self._buffer("cos", cos[:, None])  # [16, 1, d]: broadcast over heads
             self._buffer("sin", sin[:, None])
-            self._buffer("first_pass_mask", torch.tensor([[True, False], [True, True]], device=dev))
+            positions = torch.arange(cp.num_groups, device=dev)
+            self._buffer("positions", positions)
+            self._buffer("visible", positions[None, :] <= positions[:, None])  # row p: keys 0..p
+            self._buffer("step_ids", torch.arange(self.num_steps, device=dev))
 
     def _buffer(self, name: str, value: torch.Tensor) -> None:
         self.register_buffer(name, value.detach().clone(), persistent=False)
@@ -89,54 +94,57 @@ class FusedCodePredictor(nn.Module):
         out = F.linear(table.float(), proj.weight.float(), proj.bias.float())
         return out.to(table.dtype)
 
+    def compile(self) -> None:
+        """Compile the two pieces a frame repeats (one layer pass, one head + pick) with a dynamic batch size: a
+        few small graphs compile in seconds, where the whole unrolled frame (75 layer passes) takes minutes."""
+        self._layer_pass = torch.compile(_layer_pass, fullgraph=True)
+        self._head_pick = torch.compile(self._head_pick_eager, fullgraph=True)
+        self._compiled = True
+
     def frame(self, hidden: torch.Tensor, c0: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
               top_p: torch.Tensor, seed: torch.Tensor, frame_index: torch.Tensor) -> torch.Tensor:
         """hidden [B,H_talker], c0 [B] and per-row sampling tensors [B] -> codes [B,15] of codebooks 1..15.
 
         temperature <= 0: greedy. seed/frame_index select the counter noise (`uniform_noise` draw = step)."""
+        b, groups = hidden.shape[0], self.num_steps + 1
         head = F.linear(hidden, self.proj_w, self.proj_b) if self.project_hidden else hidden
-        x = torch.stack([head, self.table0[c0]], dim=1)  # [B,2,H]
-        cache: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * self.num_layers
+        x = torch.stack([head, self.table0[c0]], dim=1)  # [B,2,H]: positions 0 and 1
+        # fixed-size K/V per layer (all 16 positions, masked beyond the current one): every one-token pass has the
+        # same shapes, so one compiled graph serves them all
+        shape = (b, groups, self.num_kv_heads, self.head_dim)
+        caches = [(x.new_zeros(shape), x.new_zeros(shape)) for _ in range(self.num_layers)]
+        row_params = (temperature, top_k, top_p, seed, frame_index)
+        for t in (*row_params, *(c for kv in caches for c in kv)):
+            self._batch_dynamic(t)
         codes, pos = [], 0
         for step in range(self.num_steps):
             t = x.shape[1]
-            for i in range(self.num_layers):
-                x = self._layer(i, x, pos, cache)
-            logits = F.linear(_rms(x[:, -1], self.final_norm, self.eps), self.heads[step]).float()
-            code = self._pick(logits, step, temperature, top_k, top_p, seed, frame_index)
+            span = slice(pos, pos + t)
+            for i, (k_cache, v_cache) in enumerate(caches):
+                x = self._layer_pass(self._batch_dynamic(x), k_cache, v_cache, self.cos[span], self.sin[span],
+                                     self.positions[span], self.visible[span], *self.layer_weights[i],
+                                     self.num_heads, self.eps)
+            code = self._head_pick(self._batch_dynamic(x[:, -1]), self.heads[step], self.step_ids[step], *row_params)
             codes.append(code)
             pos += t
             if step < self.num_steps - 1:
                 x = getattr(self, f"table{step + 1}")[code][:, None]
         return torch.stack(codes, dim=1)
 
-    def _layer(self, i: int, x: torch.Tensor, pos: int, cache: list) -> torch.Tensor:
-        b, t, _ = x.shape
-        nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        rep = nh // nkv
-        qkv = F.linear(_rms(x, getattr(self, f"norm_in{i}"), self.eps), getattr(self, f"qkv{i}"))
-        q, k, v = qkv.split([nh * d, nkv * d, nkv * d], dim=-1)
-        cos, sin = self.cos[pos:pos + t], self.sin[pos:pos + t]
-        q = _rotate(_rms(q.reshape(b, t, nh, d), getattr(self, f"q_norm{i}"), self.eps), cos, sin)
-        k = _rotate(_rms(k.reshape(b, t, nkv, d), getattr(self, f"k_norm{i}"), self.eps), cos, sin)
-        v = v.reshape(b, t, nkv, d)
-        if cache[i] is not None:
-            k, v = torch.cat([cache[i][0], k], dim=1), torch.cat([cache[i][1], v], dim=1)
-        cache[i] = (k, v)
-        # query head h reads kv head h // rep (the official repeat_interleave): group queries by kv head
-        qg = q.reshape(b, t, nkv, rep, d).permute(0, 2, 1, 3, 4).reshape(b, nkv, t * rep, d)
-        scores = torch.matmul(qg, k.permute(0, 2, 3, 1)).float() * d ** -0.5  # [B, nkv, t*rep, s]
-        if t > 1:  # the first pass (positions 0 and 1) is causal; later passes see every cached key
-            visible = self.first_pass_mask.repeat_interleave(rep, dim=0)
-            scores = scores.masked_fill(~visible, float("-inf"))
-        out = torch.matmul(scores.softmax(dim=-1).to(x.dtype), v.permute(0, 2, 1, 3))  # [B, nkv, t*rep, d]
-        out = out.reshape(b, nkv, t, rep, d).permute(0, 2, 1, 3, 4).reshape(b, t, nh * d)
-        x = x + F.linear(out, getattr(self, f"o{i}"))
-        gate, up = F.linear(_rms(x, getattr(self, f"norm_post{i}"), self.eps), getattr(self, f"gate_up{i}")).chunk(2, -1)
-        return x + F.linear(F.silu(gate) * up, getattr(self, f"down{i}"))
+    def _batch_dynamic(self, t: torch.Tensor) -> torch.Tensor:
+        """Tell torch.compile that dim 0 (the batch) varies, so one graph serves every batch size (>= 2)."""
+        if self._compiled:
+            torch._dynamo.mark_dynamic(t, 0)
+        return t
 
-    def _pick(self, logits, step: int, temperature, top_k, top_p, seed, frame_index) -> torch.Tensor:
-        """`sampling.sample` with `uniform_noise(seed, frame_index, 15, V)[:, step]`, over the top candidates."""
+    @property
+    def layer_weights(self) -> list[tuple[torch.Tensor, ...]]:
+        return [tuple(getattr(self, f"{name}{i}") for name in _LAYER_WEIGHTS) for i in range(self.num_layers)]
+
+    def _head_pick_eager(self, x_last, head_weight, step, temperature, top_k, top_p, seed, frame_index):
+        """`sampling.sample` of this step's logits with `uniform_noise(seed, frame_index, 15, V)[:, step]`, over
+        the top candidates. step: a 0-d tensor (one compiled graph for every step)."""
+        logits = F.linear(_rms(x_last, self.final_norm, self.eps), head_weight).float()
         greedy = logits.argmax(dim=-1)
         temp = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
         values, ids = logits.topk(self.candidates, dim=-1)  # sorted, largest first
@@ -152,3 +160,29 @@ class FusedCodePredictor(nn.Module):
         noise = uniform_noise_at(seed, frame_index, step, ids)
         drawn = ids.gather(1, (probs / -torch.log(noise)).argmax(dim=-1, keepdim=True)).squeeze(1)
         return torch.where(temperature > 0, drawn, greedy)
+
+
+_LAYER_WEIGHTS = ("norm_in", "qkv", "q_norm", "k_norm", "o", "norm_post", "gate_up", "down")
+
+
+def _layer_pass(x, k_cache, v_cache, cos, sin, positions, visible, norm_in, qkv_w, q_norm, k_norm, o_w, norm_post,
+                gate_up_w, down_w, num_heads: int, eps: float) -> torch.Tensor:
+    """One decoder layer over x [B,t,H] at `positions` [t]: writes their K/V into the caches [B,16,kv_heads,d] (in
+    place) and attends over all 16 cached positions with `visible` [t,16] (the causal rows of these positions)."""
+    b, t, _ = x.shape
+    nkv, d = k_cache.shape[2], k_cache.shape[3]
+    rep = num_heads // nkv
+    q, k, v = F.linear(_rms(x, norm_in, eps), qkv_w).split([num_heads * d, nkv * d, nkv * d], dim=-1)
+    q = _rotate(_rms(q.reshape(b, t, num_heads, d), q_norm, eps), cos, sin)
+    k = _rotate(_rms(k.reshape(b, t, nkv, d), k_norm, eps), cos, sin)
+    k_cache.index_copy_(1, positions, k)
+    v_cache.index_copy_(1, positions, v.reshape(b, t, nkv, d))
+    # query head h reads kv head h // rep (the official repeat_interleave): group queries by kv head
+    qg = q.reshape(b, t, nkv, rep, d).permute(0, 2, 1, 3, 4).reshape(b, nkv, t * rep, d)
+    scores = torch.matmul(qg, k_cache.permute(0, 2, 3, 1)).float() * d ** -0.5  # [B, nkv, t*rep, 16]
+    scores = scores.masked_fill(~visible.repeat_interleave(rep, dim=0), float("-inf"))
+    out = torch.matmul(scores.softmax(dim=-1).to(x.dtype), v_cache.permute(0, 2, 1, 3))  # [B, nkv, t*rep, d]
+    out = out.reshape(b, nkv, t, rep, d).permute(0, 2, 1, 3, 4).reshape(b, t, num_heads * d)
+    x = x + F.linear(out, o_w)
+    gate, up = F.linear(_rms(x, norm_post, eps), gate_up_w).chunk(2, -1)
+    return x + F.linear(F.silu(gate) * up, down_w)

@@ -4,8 +4,8 @@ Two ways to run, one computation (`_compute`, which calls `FusedCodePredictor.fr
 - inside a CUDA graph vLLM is capturing (its FULL decode graphs): inline, on every row a decode step can have;
 - otherwise (eager and PIECEWISE steps, where vLLM runs our forward's Python each step): replay our own CUDA graph
   for the smallest batch bucket that holds the step's decode rows, so a mixed prefill/decode step costs one launch.
-On GPU the frame is torch.compile'd once with a dynamic batch dimension (batches are at least 2 rows: a batch of
-one would be specialised), before any capture; our graphs are captured at the first eager forward (vLLM's profile
+On GPU the frame's two repeated pieces are torch.compile'd with a dynamic batch dimension (batches are at least 2
+rows: a batch of one would be specialised), before any capture; our graphs are captured at the first eager forward (vLLM's profile
 run), into one memory pool. On CPU everything runs eagerly.
 """
 
@@ -29,8 +29,8 @@ class ServedCodePredictor:
                  graphs: bool):
         self.fused, self.buffers, self.vocab_size = fused, buffers, vocab_size
         cuda = buffers.stash.device.type == "cuda"
-        self.frame = torch.compile(fused.frame, fullgraph=True) if compile and cuda else fused.frame
-        self._mark_dynamic = self.frame is not fused.frame
+        if compile and cuda:
+            fused.compile()
         self.use_graphs = graphs and cuda
         self.buckets = tuple(b for b in powers_of_two_up_to(buffers.max_decode_rows) if b >= 2)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -60,12 +60,9 @@ class ServedCodePredictor:
         buf = self.buffers
         rows = buf.decode_row_index[:k]
         hidden = buf.stash.index_select(0, buf.read_slot.index_select(0, rows))
-        args = [hidden, buf.cp_c0[:k]] + [t.index_select(0, rows) for t in (
-            buf.cp_temperature, buf.cp_top_k, buf.cp_top_p, buf.seed, buf.frame_index)]
-        if self._mark_dynamic:
-            for t in args:
-                torch._dynamo.mark_dynamic(t, 0)
-        buf.cp_codes[:k].copy_(self.frame(*args))
+        args = [t.index_select(0, rows) for t in (buf.cp_temperature, buf.cp_top_k, buf.cp_top_p, buf.seed,
+                                                   buf.frame_index)]
+        buf.cp_codes[:k].copy_(self.fused.frame(hidden, buf.cp_c0[:k], *args))
 
     def _capture(self) -> None:
         started = time.perf_counter()
