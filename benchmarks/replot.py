@@ -1,6 +1,7 @@
-"""Draw the plots of a finished run from its record.json: `python -m benchmarks.replot DIR [DIR ...]`.
+"""Draw the plots of a finished run from its record.json: `python -m benchmarks.replot [--out DIR] DIR[=LABEL] ...`.
 
-For runs made where matplotlib is missing (the offline GPU host); several DIRs are drawn into the first one."""
+For runs made where matplotlib is missing (the offline GPU host). Several runs are drawn together (into --out, else
+the first DIR); `=LABEL` names a plain search or sweep's series (its record's server name otherwise)."""
 
 from __future__ import annotations
 
@@ -19,16 +20,27 @@ def series_of(record: dict) -> dict[str, list[RateSummary]]:
 
 
 def main(argv: list[str]) -> int:
+    out = None
+    if argv[:1] == ["--out"]:
+        out, argv = argv[1], argv[2:]
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
     series: dict[str, list[RateSummary]] = {}
     target_s = 0.2
-    for folder in argv:
+    for arg in argv:
+        folder, _, label = arg.partition("=")
         record = json.loads((Path(folder) / "record.json").read_text())
-        series.update(series_of(record))
+        found = series_of(record)
+        if label:
+            if len(found) != 1:
+                raise SystemExit(f"{folder}: a label names one series, this record has {sorted(found)}")
+            found = {label: next(iter(found.values()))}
+        series.update(found)
         target_s = record.get("config", {}).get("load", {}).get("slo", {}).get("ttfa_target_s", target_s)
-    for path in plot_series(series, argv[0], target_s):
+    target_dir = out or argv[0].partition("=")[0]
+    Path(target_dir).mkdir(parents=True, exist_ok=True)
+    for path in plot_series(series, target_dir, target_s):
         print(path)
     return 0
 
