@@ -24,6 +24,7 @@ from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
+from vllm_voxserve.worker.host_timing import StepHostTimes
 from vllm_voxserve.worker.step_layout import StepLayout
 
 logger = logging.getLogger(__name__)
@@ -90,10 +91,18 @@ class SpeechRuntime:
             self._fail(req_id, str(exc))
 
     def prepare_step(self, layout: StepLayout) -> None:
+        started = time.perf_counter()
         self._layout, self._step_started, self._codec_s, self._codec_chunks = layout, time.monotonic(), 0.0, 0
         self.model.prepare_step(layout)
+        self.host_times.add("prepare", time.perf_counter() - started)
 
     def after_forward(self) -> None:
+        started = time.perf_counter()
+        self._after_forward()
+        self.host_times.add("after_forward", time.perf_counter() - started)
+        self.host_times.end_step()
+
+    def _after_forward(self) -> None:
         codes, rows = self.model.take_frames()
         live = [i for i, r in enumerate(rows) if r.req_id not in self._failed]
         if len(live) != len(rows):
@@ -126,6 +135,7 @@ class SpeechRuntime:
         self._step_started = 0.0
         self._codec_s = 0.0
         self._codec_chunks = 0
+        self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
 
     def _chunks_sent(self) -> dict[str, int]:
         return {req_id: stream.chunks_sent for req_id, stream in self.pipeline.streams.items()}
