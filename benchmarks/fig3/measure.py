@@ -1,14 +1,13 @@
 """Figure 3 (paper §2.3) on one GPU: backbone speed vs SMs, split Pareto, codec latency.
 
-Backbone: a STAND-IN, not the real talker: per layer the talker's decode-step matmuls
-(QKV 2048->4096, O 2048->2048, gate/up 2048->12288, down 6144->2048; 28 layers, bf16),
-no attention and no code predictor, so its step time is the weight-read floor of the
-talker. Codec: the real Qwen3-TTS 12 Hz decoder (random weights) through
+Backbone: one decode step of Qwen3-TTS-1.7B as the served model computes it (`backbone.py`: the talker's 28
+layers over a `--context`-position K/V cache, codec head, and the compiled code-predictor frame; random weights,
+bf16), without vLLM's own kernels. Codec: the real Qwen3-TTS 12 Hz decoder (random weights) through
 `Qwen3CodecProgram`, one chunk of `--frames` frames per request.
 Every measurement is a CUDA graph: captured on the partition, replayed from a
 primary-context stream, timed with CUDA events.
 
-    python -m benchmarks.fig3.measure --out fig3.json
+    python -m benchmarks.fig3.measure --out fig3.json && python -m benchmarks.fig3.plot fig3.json
 """
 
 from __future__ import annotations
@@ -19,40 +18,10 @@ import time
 
 import torch
 
+from benchmarks.fig3.backbone import backbone_step_factory
 from vllm_voxserve.codec_lanes.executables import capture_step_graphs
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
 from vllm_voxserve.codec_lanes.split_chooser import Workload, choose_split, codec_step_factory, profile_splits
-
-TALKER = dict(layers=28, hidden=2048, qkv=4096, mlp=6144)
-
-
-def talker_standin(seed: int = 0):
-    gen = torch.Generator("cuda").manual_seed(seed)
-    h, L = TALKER["hidden"], TALKER["layers"]
-
-    def weight(i, o):
-        return torch.randn(L, i, o, device="cuda", dtype=torch.bfloat16, generator=gen) * i ** -0.5
-
-    w_qkv, w_o = weight(h, TALKER["qkv"]), weight(h, h)
-    w_up, w_down = weight(h, 2 * TALKER["mlp"]), weight(TALKER["mlp"], h)
-
-    def make_step(batch: int):
-        x = torch.randn(batch, h, device="cuda", dtype=torch.bfloat16, generator=gen)
-
-        @torch.no_grad()
-        def step():
-            y = x
-            for i in range(L):
-                attn = (y @ w_qkv[i])[:, :h]  # stands in for attention's output
-                y = y + attn @ w_o[i]
-                gate, up = (y @ w_up[i]).chunk(2, dim=-1)
-                y = y + (torch.nn.functional.silu(gate) * up) @ w_down[i]
-            return y
-
-        return step
-
-    return make_step
-
 
 def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 20) -> float:
     graph = capture_step_graphs(make_step, [batch], capture_stream)[batch]
@@ -82,6 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--codec-sms", default="16,24,32,48,64,80")
     ap.add_argument("--backbone-batch", type=int, default=64)
+    ap.add_argument("--context", type=int, default=256, help="K/V positions each backbone step attends over")
     ap.add_argument("--codec-batch", type=int, default=16)
     ap.add_argument("--frames", type=int, default=10)
     ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
@@ -89,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
-    backbone, codec = talker_standin(), build_codec(dtype)
+    backbone, codec = backbone_step_factory(context=args.context), build_codec(dtype)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()
@@ -115,7 +85,8 @@ def main() -> None:
                             Workload(args.backbone_batch, 1, args.frames), window_ms=150.0)
     choice = choose_split(side)
     result = dict(
-        gpu=torch.cuda.get_device_name(), codec_dtype=args.codec_dtype, workload=vars(args), whole_gpu=full,
+        gpu=torch.cuda.get_device_name(), sm_count=torch.cuda.get_device_properties(0).multi_processor_count,
+        codec_dtype=args.codec_dtype, workload=vars(args), whole_gpu=full,
         alone=alone,
         side_by_side=[dict(lm_sms=m.lm_sms, codec_sms=m.codec_sms, backbone_step_ms=m.backbone_step_ms,
                            codec_batch_ms=m.codec_batch_ms, codec_batch1_ms=s.codec_batch_ms,

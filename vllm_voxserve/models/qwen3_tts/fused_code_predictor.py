@@ -25,7 +25,7 @@ from vllm_voxserve.models.seeded_noise import uniform_noise_at
 
 from .code_predictor import CodePredictor
 from .job import MAX_CODE_PREDICTOR_TOP_K as CANDIDATES
-from .talker import rotary_cos_sin
+from .talker import DecoderLayer, rotary_cos_sin
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -53,18 +53,11 @@ class FusedCodePredictor(nn.Module):
         if layer0.q_proj.bias is not None:
             raise ValueError("the fused code predictor assumes attention without bias (as Qwen3-TTS has)")
         dev = cp.model.norm.weight.device
-        self._layer_pass, self._head_pick, self._compiled = _layer_pass, self._head_pick_eager, False
+        self._layer_pass, self._head_pick, self._compiled = layer_pass, self._head_pick_eager, False
         with torch.no_grad():
             for i, layer in enumerate(cp.model.layers):
-                attn, mlp = layer.self_attn, layer.mlp
-                self._buffer(f"qkv{i}", torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
-                self._buffer(f"o{i}", attn.o_proj.weight)
-                self._buffer(f"q_norm{i}", attn.q_norm.weight)
-                self._buffer(f"k_norm{i}", attn.k_norm.weight)
-                self._buffer(f"norm_in{i}", layer.input_layernorm.weight)
-                self._buffer(f"norm_post{i}", layer.post_attention_layernorm.weight)
-                self._buffer(f"gate_up{i}", torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
-                self._buffer(f"down{i}", mlp.down_proj.weight)
+                for name, weight in zip(_LAYER_WEIGHTS, fused_layer_weights(layer), strict=True):
+                    self._buffer(f"{name}{i}", weight)
             self._buffer("final_norm", cp.model.norm.weight)
             self._buffer("heads", torch.stack([head.weight for head in cp.lm_head]))  # [15, V, H]
             proj = cp.small_to_mtp_projection
@@ -97,7 +90,7 @@ class FusedCodePredictor(nn.Module):
     def compile(self) -> None:
         """Compile the two pieces a frame repeats (one layer pass, one head + pick) with a dynamic batch size: a
         few small graphs compile in seconds, where the whole unrolled frame (75 layer passes) takes minutes."""
-        self._layer_pass = torch.compile(_layer_pass, fullgraph=True)
+        self._layer_pass = torch.compile(layer_pass, fullgraph=True)
         self._head_pick = torch.compile(self._head_pick_eager, fullgraph=True)
         self._compiled = True
 
@@ -165,7 +158,15 @@ class FusedCodePredictor(nn.Module):
 _LAYER_WEIGHTS = ("norm_in", "qkv", "q_norm", "k_norm", "o", "norm_post", "gate_up", "down")
 
 
-def _layer_pass(x, k_cache, v_cache, cos, sin, positions, visible, norm_in, qkv_w, q_norm, k_norm, o_w, norm_post,
+def fused_layer_weights(layer: DecoderLayer) -> tuple[torch.Tensor, ...]:
+    """A Qwen3 decoder layer's weights in `layer_pass` order, QKV and gate/up concatenated (views of the rest)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return (layer.input_layernorm.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+            attn.q_norm.weight, attn.k_norm.weight, attn.o_proj.weight, layer.post_attention_layernorm.weight,
+            torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight)
+
+
+def layer_pass(x, k_cache, v_cache, cos, sin, positions, visible, norm_in, qkv_w, q_norm, k_norm, o_w, norm_post,
                 gate_up_w, down_w, num_heads: int, eps: float) -> torch.Tensor:
     """One decoder layer over x [B,t,H] at `positions` [t]: writes their K/V into the caches [B,16,kv_heads,d] (in
     place) and attends over all 16 cached positions with `visible` [t,16] (the causal rows of these positions)."""

@@ -1,0 +1,29 @@
+"""Figure 3's plot from a measurement record (synthetic numbers), and its time-sharing rule."""
+
+from benchmarks.fig3.plot import above_time_sharing, draw, throughputs
+
+
+def record():
+    side = [dict(lm_sms=132 - s, codec_sms=s, backbone_step_ms=10 + s / 8, codec_batch_ms=80 - s,
+                 codec_batch1_ms=6.0, backbone_frames_per_s=64000 / (10 + s / 8),
+                 codec_frames_per_s=160000 / (80 - s), keeps_up=False) for s in (16, 24, 32)]
+    return dict(gpu="test GPU", sm_count=132, codec_dtype="bf16",
+                workload=dict(backbone_batch=64, codec_batch=16, frames=10),
+                whole_gpu=dict(backbone_step_ms=10.0, codec_batch1_ms=3.0, codec_batch16_ms=15.0),
+                alone=[dict(lm_sms=132 - s, codec_sms=s, backbone_step_ms=10 + s / 10, codec_batch1_ms=7.0)
+                       for s in (16, 24, 32)],
+                side_by_side=side, chosen_codec_sms=24, chosen_keeps_up=False, seconds=1.0)
+
+
+def test_time_sharing_line():
+    ends = throughputs(record())
+    assert ends == {"backbone": 6400.0, "codec": 16 * 10 * 1000 / 15.0}
+    half = dict(backbone_frames_per_s=ends["backbone"] / 2, codec_frames_per_s=ends["codec"] / 2)
+    assert not above_time_sharing(half, ends)  # on the line is not above it
+    assert above_time_sharing(dict(backbone_frames_per_s=0.9 * ends["backbone"],
+                                   codec_frames_per_s=0.2 * ends["codec"]), ends)
+
+
+def test_draws_a_png(tmp_path):
+    out = draw(record(), tmp_path / "fig3.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
