@@ -116,6 +116,9 @@ class VoxServeConfig:
     # in the steps vLLM does not capture whole (both ignored on CPU).
     code_predictor_compile: bool = True
     code_predictor_graphs: bool = True
+    # torch.compile the codec decoder inside its executables (opt-in until measured: one compile per chunk length
+    # and batch range, at the first decode of each)
+    codec_compile: bool = False
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -128,7 +131,7 @@ class VoxServeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
-        for name in ("code_predictor_compile", "code_predictor_graphs"):
+        for name in ("code_predictor_compile", "code_predictor_graphs", "codec_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ttfa_slo_ms <= 0:

@@ -116,3 +116,20 @@ def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():
         with open(os.environ["VOXSERVE_GPU_REPORT"], "a") as f:
             f.write(line + "\n")
     assert worst < 1e-4
+
+
+@torch.inference_mode()
+def test_compiled_codec_program_decodes_as_the_eager_one():
+    """`compile=True` (CPU inductor here): the same audio and the same state (the third call continues the first's
+    rows), with one graph for batches 3 and 2."""
+    decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    outputs = {}
+    for compiled in (False, True):
+        program = Qwen3CodecProgram(decoder, compile=compiled)
+        pool = program.make_state_pool(4, torch.device("cpu"))
+        g = torch.Generator().manual_seed(0)
+        outputs[compiled] = [program.decode(torch.randint(0, 32, (b, 4, 16), generator=g), torch.arange(b), pool)
+                             for b in (3, 2, 3)]
+    for eager, compiled in zip(outputs[False], outputs[True], strict=True):
+        torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=0)

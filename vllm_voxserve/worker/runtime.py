@@ -37,8 +37,8 @@ class SpeechRuntime:
     def __init__(self, model, config: VoxServeConfig, device: torch.device):
         self.model, self.config, self.device = model, config, device
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", _DTYPES[config.codec_dtype], device)
-        self.pipeline = AudioPipeline(Qwen3CodecProgram(decoder, _DTYPES[config.codec_dtype]), config,
-                                      AudioSender(), device)
+        program = Qwen3CodecProgram(decoder, _DTYPES[config.codec_dtype], compile=config.codec_compile)
+        self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()
         # Base (voice cloning): the reference clip becomes an x-vector and reference codes before the prefill.

@@ -12,8 +12,11 @@ class Qwen3CodecProgram:
     """Adapts `decode_chunk` (codes [B, F, 16] -> wav [B, F*1920]) to the lanes' protocol."""
 
     def __init__(self, decoder: CodecDecoder, state_dtype: torch.dtype = torch.float32,
-                 output_sample_rate: int = 24000) -> None:
+                 output_sample_rate: int = 24000, compile: bool = False) -> None:
         self.decoder = decoder
+        # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels); one graph per
+        # chunk length serves every batch size >= 2 (batch 1 gets its own), compiled on first use
+        self._compiled = torch.compile(decoder.stream) if compile else None
         self.state_dtype = state_dtype
         self.samples_per_frame = decoder.config.samples_per_frame
         self.codes_per_frame = decoder.config.num_quantizers
@@ -23,4 +26,9 @@ class Qwen3CodecProgram:
         return CodecStatePool(self.decoder.config, num_slots, self.state_dtype, device)
 
     def decode(self, codes: torch.Tensor, slots: torch.Tensor, pool: CodecStatePool) -> torch.Tensor:
-        return decode_chunk(self.decoder, codes, slots, pool).float()
+        return decode_chunk(self.decoder, codes, slots, pool, self._stream if self._compiled else None).float()
+
+    def _stream(self, codes: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        for t in (codes, *state.values()):
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+        return self._compiled(codes, state)

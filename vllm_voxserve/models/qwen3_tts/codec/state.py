@@ -55,10 +55,11 @@ class CodecStatePool:
 
 
 def decode_chunk(
-    decoder: CodecDecoder, codes: torch.Tensor, slots: torch.Tensor, pool: CodecStatePool
+    decoder: CodecDecoder, codes: torch.Tensor, slots: torch.Tensor, pool: CodecStatePool, stream=None
 ) -> torch.Tensor:
     """Decode the next F frames of B requests: codes `[B, F, num_quantizers]` long, slots `[B]` long (distinct,
-    on the pool's device) -> wav `[B, F * samples_per_frame]`. Rows may be at different positions."""
+    on the pool's device) -> wav `[B, F * samples_per_frame]`. Rows may be at different positions.
+    `stream`: a stand-in for `decoder.stream` with its signature (e.g. a compiled one)."""
     if codes.dim() != 3 or codes.shape[0] != slots.shape[0] or codes.shape[1] < 1:
         raise ValueError(
             f"codes must be [B, F>=1, Q] with B = len(slots), got {tuple(codes.shape)} and {tuple(slots.shape)}"
@@ -66,6 +67,6 @@ def decode_chunk(
     if next(decoder.parameters()).dtype != pool.dtype:
         raise ValueError(f"the pool holds {pool.dtype} state but the decoder runs in {next(decoder.parameters()).dtype}")
     state = pool.gather(slots)
-    wav = decoder.stream(codes.transpose(1, 2), state)
+    wav = (stream or decoder.stream)(codes.transpose(1, 2), state)
     pool.scatter(slots, state)
     return wav[:, 0]

@@ -1,0 +1,89 @@
+"""Codec executable time on one GPU: the decoder's graph as it runs today vs torch.compile'd, side by side.
+
+    python -m benchmarks.codec_step --batches 1,16,32 --frames 5,10 --out codec.json [--codec-sms 32]
+
+The real 12 Hz decoder shape (random weights, bf16 state and weights), exact incremental decode from a state pool,
+one CUDA graph per (variant, batch, frames), replays timed with CUDA events: on the whole GPU, and with
+`--codec-sms N` also on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the
+wall time of the first compiled call of that shape (0 when it reused a graph).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
+from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
+from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
+from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
+from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
+
+
+def graph_ms(step, capture_stream, launch_stream, reps: int) -> float:
+    capture_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture_stream):
+        step(), step()
+    capture_stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=capture_stream):
+        step()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(launch_stream):
+        graph.replay()
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+@torch.inference_mode()
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batches", default="1,16,32")
+    ap.add_argument("--frames", default="5,10")
+    ap.add_argument("--codec-sms", type=int)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    decoder = CodecDecoder(CodecDecoderConfig()).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    decoder = decoder.to("cuda", torch.bfloat16)
+    programs = {"graph": Qwen3CodecProgram(decoder, torch.bfloat16),
+                "graph+compile": Qwen3CodecProgram(decoder, torch.bfloat16, compile=True)}
+    whole = torch.cuda.Stream()
+    places = [("whole GPU", whole, whole)]
+    if args.codec_sms:
+        parts = create_partitions(SplitSpec("codec", args.codec_sms))
+        places.append((f"{parts.codec_sms} SMs", parts.codec_stream, parts.codec_launch_stream))
+    rows = []
+    for frames in (int(f) for f in args.frames.split(",")):
+        for batch in (int(b) for b in args.batches.split(",")):
+            g = torch.Generator(device="cuda").manual_seed(batch)
+            codes = torch.randint(0, 2048, (batch, frames, 16), device="cuda", generator=g)
+            row = {"batch": batch, "frames": frames}
+            for name, program in programs.items():
+                pool = program.make_state_pool(batch + 1, torch.device("cuda"))
+                slots = torch.arange(batch, device="cuda")
+                started = time.perf_counter()
+                program.decode(codes, slots, pool)
+                torch.cuda.synchronize()
+                if name.endswith("compile"):
+                    row["compile_s"] = round(time.perf_counter() - started, 1)
+                for where, capture, launch in places:
+                    row[f"{name} ms ({where})"] = graph_ms(lambda p=program, q=pool: p.decode(codes, slots, q),
+                                                          capture, launch, args.reps)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
