@@ -10,11 +10,12 @@ final_out=${OUT:?set OUT}
 res=${RES:-/tmp/issue7}; mkdir -p "$res"
 modes=${MODES:-lanes,inline}
 cfg=${VOXSERVE_CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
+ours_cfg=${OURS_CONFIG:-$cfg}  # e.g. with "lanes":{"lm_partition":true}; the stock run always uses $cfg
 search="--window-s ${WINDOW_S:-20} --resolution ${RESOLUTION:-8} --warmup 16 --time-budget-s ${BUDGET_S:-120}"
 serve_pat="cli.main"" serve"; bench_pat="benchmarks"" (ablation|search)"  # split: never match this script's line
 stop_all() { pkill -f "$serve_pat"; pkill -f -E "$bench_pat"; sleep 4; pkill -9 -f "$serve_pat"; pkill -9 -f "VLLM::"; sleep 2; }
 SECONDS=0
-OUT=$res/ours KEEP_SERVER=1 SERVE_ARGS="--additional-config $cfg" \
+OUT=$res/ours KEEP_SERVER=1 SERVE_ARGS="--additional-config $ours_cfg" \
   ABLATION_ARGS="--modes $modes --strategy search --start-rate ${OURS_START:-32} $search" \
   timeout -k 5 "${OURS_T:-330}" bash scripts/gpu_serve_smoke.sh > "$res/ours.txt" 2>&1
 echo "ours ended at ${SECONDS} s" >> "$res/times.txt"

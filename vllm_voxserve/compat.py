@@ -1,10 +1,11 @@
 """Every patch of vLLM internals, in one place. Each names its target, the vLLM version it was read from, and why.
 
-Pinned: vLLM 0.26.0. `tests/test_compat.py` checks that each target still exists with the expected shape.
+Pinned: vLLM 0.26.0. `tests/test_compat.py` checks that the targets still exist.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from importlib.metadata import entry_points
@@ -62,3 +63,32 @@ def allow_endpoint_plugin() -> None:
     names = {ep.name for ep in entry_points(group="vllm.general_plugins")}
     names.add(PLUGIN_NAME)
     os.environ["VLLM_PLUGINS"] = ",".join(sorted(names))
+
+
+@contextlib.contextmanager
+def capture_vllm_graphs_on(stream):
+    """Targets (vLLM 0.26.0, torch 2.11): `vllm.v1.worker.gpu.cudagraph_utils.graph_capture` (the module's imported
+    name, used by `CudaGraphManager.capture`, cudagraph_utils.py:309) and `torch.cuda.graph.default_capture_stream`
+    (class attribute, torch/cuda/graphs.py).
+
+    Why: Model Runner V2 captures its PIECEWISE graphs on the stream `graph_capture` makes current and its FULL graphs
+    on torch's default capture stream (`torch.cuda.graph(graph, pool)` names none). A CUDA graph's SMs are fixed by
+    the context of the stream it was captured on, so putting the backbone's decode graphs on the LM partition means
+    capturing both kinds on that partition's green-context stream; vLLM replays them on its own (primary-context)
+    stream, which only orders them. Both names are restored on exit, so only vLLM's capture sees the stream.
+    """
+    import torch
+    from vllm.distributed.parallel_state import GraphCaptureContext, graph_capture
+    from vllm.v1.worker.gpu import cudagraph_utils
+
+    def graph_capture_on_stream(device, graph_capture_context=None):
+        return graph_capture(device, graph_capture_context or GraphCaptureContext(stream))
+
+    saved_capture, saved_default = cudagraph_utils.graph_capture, torch.cuda.graph.default_capture_stream
+    cudagraph_utils.graph_capture = graph_capture_on_stream
+    torch.cuda.graph.default_capture_stream = stream
+    try:
+        yield
+    finally:
+        cudagraph_utils.graph_capture = saved_capture
+        torch.cuda.graph.default_capture_stream = saved_default

@@ -62,6 +62,9 @@ class LanesConfig:
     background_max_batch: int = 32  # largest background batch (executables at powers of two up to it)
     use_graphs: bool = True  # CUDA graphs per (bucket, frames); ignored on CPU
     split: LaneSplitConfig = LaneSplitConfig()
+    # Capture vLLM's backbone graphs on the LM side of `split` (GPU, Model Runner V2), so decode steps stay off the
+    # codec SMs; off: the backbone uses the whole GPU. Set at start-up; applies in both codec modes.
+    lm_partition: bool = False
 
     def __post_init__(self) -> None:
         for name in ("frame_counts", "urgent_buckets"):
@@ -73,8 +76,9 @@ class LanesConfig:
         if not self.urgent_buckets:
             raise ValueError("voxserve.lanes.urgent_buckets must not be empty")
         _check_positive_int("voxserve.lanes.background_max_batch", self.background_max_batch)
-        if not isinstance(self.use_graphs, bool):
-            raise ValueError(f"voxserve.lanes.use_graphs must be true or false, got {self.use_graphs!r}")
+        for name in ("use_graphs", "lm_partition"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"voxserve.lanes.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.split, LaneSplitConfig):
             raise ValueError(f"voxserve.lanes.split must be an object, got {self.split!r}")
 

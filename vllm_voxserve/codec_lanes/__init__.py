@@ -3,9 +3,15 @@
 from vllm_voxserve.codec_lanes.codec_lane import CodecChunk, CodecLane, FinishedChunk, LaneKind
 from vllm_voxserve.codec_lanes.lane_manager import LaneConfig, LaneManager
 from vllm_voxserve.codec_lanes.lm_lane import LmLane
-from vllm_voxserve.codec_lanes.partitions import Partitions, SplitSpec, cpu_partitions, create_partitions
+from vllm_voxserve.codec_lanes.partitions import (
+    Partitions,
+    SplitSpec,
+    cpu_partitions,
+    create_partitions,
+    shared_partitions,
+)
 
 __all__ = [
     "CodecChunk", "CodecLane", "FinishedChunk", "LaneConfig", "LaneKind", "LaneManager", "LmLane",
-    "Partitions", "SplitSpec", "cpu_partitions", "create_partitions",
+    "Partitions", "SplitSpec", "cpu_partitions", "create_partitions", "shared_partitions",
 ]

@@ -157,3 +157,15 @@ def create_partitions(spec: SplitSpec) -> Partitions:
         device, lm_sms, codec_sms, full.sm.smCount, spec.group, spec.group_sms, greatest,
     )
     return parts
+
+
+_SHARED: dict[SplitSpec, Partitions] = {}
+
+
+def shared_partitions(spec: SplitSpec) -> Partitions:
+    """One split per spec in this process: the worker's LM-partition capture and the codec lanes must use the same
+    green contexts (the lanes' codec partition is the complement of the LM partition the backbone was captured on)."""
+    if spec not in _SHARED:
+        _SHARED[spec] = create_partitions(spec)
+    return _SHARED[spec]
+

@@ -29,7 +29,7 @@ from vllm_voxserve.codec_lanes import (
     LaneManager,
     SplitSpec,
     cpu_partitions,
-    create_partitions,
+    shared_partitions,
 )
 from vllm_voxserve.codec_lanes.executables import smallest_at_least
 from vllm_voxserve.config import VoxServeConfig
@@ -66,7 +66,7 @@ class LaneDispatch:
                                  urgent_buckets=lanes.urgent_buckets, background_max_batch=lanes.background_max_batch,
                                  use_graphs=lanes.use_graphs)
         if device.type == "cuda":
-            partitions = create_partitions(SplitSpec(lanes.split.group, lanes.split.group_sms, device.index or 0))
+            partitions = shared_partitions(SplitSpec(lanes.split.group, lanes.split.group_sms, device.index or 0))
         else:
             partitions = cpu_partitions()
         self.manager = LaneManager(program, partitions, lane_config, self._on_chunk)

@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+import logging
+
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker
 
+from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
+from vllm_voxserve.compat import capture_vllm_graphs_on
+from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.scheduler.adapter import attach_report
 from vllm_voxserve.worker.codec_mode_rpc import codec_mode_call
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
+
+logger = logging.getLogger(__name__)
 
 
 class VoxServeV1GPUModelRunner(V1SpeechHooks, GPUModelRunner):
@@ -20,6 +27,19 @@ class VoxServeGPUWorker(Worker):
         super().init_device()
         if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
             self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
+
+    def compile_or_warm_up_model(self):
+        """With `voxserve.lanes.lm_partition`, vLLM captures its backbone graphs on the LM partition's green stream
+        (`compat.capture_vllm_graphs_on`); the codec lanes later take the complementary SMs of the same split."""
+        lanes = VoxServeConfig.from_additional_config(self.vllm_config.additional_config).lanes
+        if not lanes.lm_partition or not hasattr(self.model_runner, "cudagraph_manager"):  # MRV2 only
+            return super().compile_or_warm_up_model()
+        split = SplitSpec(lanes.split.group, lanes.split.group_sms, self.device.index or 0)
+        partitions = shared_partitions(split)
+        logger.info("voxserve: capturing the backbone's CUDA graphs on the LM partition (%d of %d SMs)",
+                    partitions.lm_sms, partitions.total_sms)
+        with capture_vllm_graphs_on(partitions.lm_stream):
+            return super().compile_or_warm_up_model()
 
     def sample_tokens(self, grammar_output):
         """Model Runner V2: the speech step report rides on the step's output to the scheduler (the V1 runner attaches

@@ -1,0 +1,40 @@
+"""The vLLM internals `compat` patches still exist in the pinned vLLM, and the capture-stream patch is scoped."""
+
+import torch
+
+from vllm_voxserve import compat
+
+
+def test_capture_stream_patch_is_applied_inside_and_restored_after():
+    from vllm.v1.worker.gpu import cudagraph_utils
+
+    before_capture, before_default = cudagraph_utils.graph_capture, torch.cuda.graph.default_capture_stream
+    marker = object()  # stands in for a green-context stream (no CUDA here)
+    with compat.capture_vllm_graphs_on(marker):
+        assert cudagraph_utils.graph_capture is not before_capture
+        assert torch.cuda.graph.default_capture_stream is marker
+    assert cudagraph_utils.graph_capture is before_capture
+    assert torch.cuda.graph.default_capture_stream is before_default
+
+
+def test_patched_graph_capture_passes_the_stream_to_vllm(monkeypatch):
+    import vllm.distributed.parallel_state as parallel_state
+    from vllm.v1.worker.gpu import cudagraph_utils
+
+    seen = []
+    monkeypatch.setattr(parallel_state, "graph_capture", lambda device, context=None: seen.append(context))
+    marker = object()
+    with compat.capture_vllm_graphs_on(marker):
+        cudagraph_utils.graph_capture("cuda:0")
+    assert seen[0].stream is marker
+
+
+def test_targets_exist():
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.worker.gpu import cudagraph_utils
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    assert callable(EngineArgs.add_cli_args)
+    assert callable(cudagraph_utils.graph_capture)
+    assert hasattr(torch.cuda.graph, "default_capture_stream")
+    assert hasattr(GPUModelRunner, "capture_model")
