@@ -38,3 +38,40 @@ def test_targets_exist():
     assert callable(cudagraph_utils.graph_capture)
     assert hasattr(torch.cuda.graph, "default_capture_stream")
     assert hasattr(GPUModelRunner, "capture_model")
+
+
+def test_mode_rpc_goes_through_our_scheduler_and_nothing_else_does():
+    import types
+
+    from vllm.v1.engine.core import EngineCore
+
+    from vllm_voxserve.scheduler.serving_mode import STOCK_MODE, handle_mode_call
+
+    compat.route_mode_rpc_through_scheduler("voxserve_codec_mode", handle_mode_call)
+    compat.route_mode_rpc_through_scheduler("voxserve_codec_mode", handle_mode_call)  # idempotent
+    sent = []
+
+    def executor_rpc(method, timeout, args, kwargs):
+        sent.append((method, args))
+        return [{"status": 200, "modes": ["inline", "lanes"], "current": args[0] or "inline"}]
+
+    class Scheduler:
+        stock = False
+
+        def has_requests(self):
+            return False
+
+        def set_stock(self, stock):
+            self.stock = stock
+
+    core = types.SimpleNamespace(scheduler=Scheduler(),
+                                 model_executor=types.SimpleNamespace(collective_rpc=executor_rpc))
+    replies = EngineCore.collective_rpc(core, "voxserve_codec_mode", None, (STOCK_MODE,))
+    assert sent == [("voxserve_codec_mode", ("inline",))] and core.scheduler.stock
+    assert replies[0]["current"] == STOCK_MODE
+    assert EngineCore.collective_rpc(core, "other_method", None, (1,)) == [
+        {"status": 200, "modes": ["inline", "lanes"], "current": 1}]
+    assert sent[-1] == ("other_method", (1,))
+    core.scheduler = object()  # a scheduler without the serving modes (a user's --scheduler-cls): untouched
+    EngineCore.collective_rpc(core, "voxserve_codec_mode", None, (STOCK_MODE,))
+    assert sent[-1] == ("voxserve_codec_mode", (STOCK_MODE,))

@@ -92,3 +92,29 @@ def capture_vllm_graphs_on(stream):
     finally:
         cudagraph_utils.graph_capture = saved_capture
         torch.cuda.graph.default_capture_stream = saved_default
+
+
+def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
+    """Target: `vllm.v1.engine.core.EngineCore.collective_rpc` (0.26.0 v1/engine/core.py:945), in the engine-core
+    process (our scheduler installs it when vLLM builds it there).
+
+    Why: `POST /voxserve/mode` reaches the workers through vLLM's `collective_rpc`, but the `vllm-stock` serving mode
+    also changes the scheduler, which lives in the engine core and has no RPC of its own. For our method only, the
+    call goes to `handler(scheduler, mode, forward)` (`scheduler.serving_mode.handle_mode_call`), which forwards the
+    codec part to the workers through the original method; every other call is untouched.
+    """
+    from vllm.v1.engine.core import EngineCore
+
+    original = EngineCore.collective_rpc
+    if getattr(original, "_voxserve_wrapped", False):
+        return
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        scheduler = getattr(self, "scheduler", None)
+        if method != method_name or not hasattr(scheduler, "set_stock"):
+            return original(self, method, timeout, args, kwargs)
+        mode = args[0] if args else None
+        return handler(scheduler, mode, lambda codec_mode: original(self, method, timeout, (codec_mode,), kwargs))
+
+    collective_rpc._voxserve_wrapped = True
+    EngineCore.collective_rpc = collective_rpc

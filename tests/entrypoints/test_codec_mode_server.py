@@ -51,7 +51,7 @@ def switch(url: str, mode: str) -> requests.Response:
 
 def test_switching_to_lanes_streams_the_same_audio(server):
     assert RPC_METHOD == "voxserve_codec_mode"  # the name the API server's routes call
-    assert modes(server) == {"modes": ["inline", "lanes"], "current": "inline"}
+    assert modes(server) == {"modes": ["inline", "lanes", "vllm-stock"], "current": "inline"}
     inline, _ = stream_pcm(server)
     jobs = [dict(seed=20 + i, max_new_tokens=14 + 6 * i, voice=v) for i, v in enumerate(["vivian", "aiden", "eric"])]
     inline_alone = [stream_pcm(server, **job)[0] for job in jobs]
@@ -73,6 +73,29 @@ def test_switching_to_lanes_streams_the_same_audio(server):
             assert np.abs(both.astype(np.int32) - alone.astype(np.int32)).max() <= 2, job
     finally:
         assert switch(server, "inline").status_code == 200
+
+
+def test_vllm_stock_mode_serves_the_same_audio_under_vllms_scheduler(server):
+    """`vllm-stock`: vLLM's own scheduling with the codec inline, switched live (the ablation baseline)."""
+    inline, _ = stream_pcm(server)
+    response = switch(server, "vllm-stock")
+    assert response.status_code == 200, response.text
+    assert response.json()["current"] == "vllm-stock" and modes(server)["current"] == "vllm-stock"
+    try:
+        stock, _ = stream_pcm(server)
+        assert np.abs(stock.astype(np.int32) - inline.astype(np.int32)).max() <= 2  # scheduling, not content
+        busy_request = requests.post(f"{server}/v1/audio/speech", json={**JOB, "max_new_tokens": 300}, stream=True,
+                                     timeout=300)
+        next(busy_request.iter_content(4096))
+        assert switch(server, "lanes").status_code == 409
+        busy_request.close()
+    finally:
+        deadline = time.monotonic() + 60
+        while (answer := switch(server, "inline")).status_code == 409:
+            assert time.monotonic() < deadline, "the aborted request never left the server"
+            time.sleep(0.5)
+        assert answer.status_code == 200, answer.text
+    assert modes(server)["current"] == "inline"
 
 
 def test_bad_mode_is_a_400_and_a_busy_server_a_409(server):

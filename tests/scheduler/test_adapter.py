@@ -18,7 +18,7 @@ from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.engine import FinishReason  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from vllm_voxserve.scheduler.adapter import (  # noqa: E402
     REPORT_ATTR,
@@ -243,3 +243,25 @@ def test_attach_report_reaches_the_output_an_async_output_will_return():
         assert getattr(target, REPORT_ATTR) is report
     attach_report(EMPTY_MODEL_RUNNER_OUTPUT, lambda: report)  # shared by every empty step: left alone
     assert not hasattr(EMPTY_MODEL_RUNNER_OUTPUT, REPORT_ATTR)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_stock_mode_runs_vllms_policy_untouched_and_switches_only_when_idle(async_scheduling):
+    """The `vllm-stock` serving mode: where our policy defers b's prefill, vLLM's schedules it at once."""
+    scheduler, clock = build(async_scheduling=async_scheduling)
+    scheduler.set_stock(True)
+    scheduler.add_request(speech_request("a", clock))
+    for _ in range(2):
+        step(scheduler, clock)
+    scheduler.add_request(speech_request("b", clock))
+    scheduled, new, _ = step(scheduler, clock)
+    assert new == {"b"} and scheduled == {"a", "b"}  # deferred under our policy (the test above)
+    assert not scheduler.streams and not scheduler.held  # the policy saw nothing
+    assert scheduler.has_requests()
+    with pytest.raises(RuntimeError, match="no request"):
+        scheduler.set_stock(False)
+    scheduler.finish_requests(["a", "b"], RequestStatus.FINISHED_ABORTED)
+    step(scheduler, clock)
+    scheduler.set_stock(False)
+    scheduler.add_request(speech_request("c", clock))
+    assert "c" in scheduler.held or "c" in scheduler.streams  # the policy is back

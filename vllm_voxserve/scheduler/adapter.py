@@ -30,12 +30,15 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request, RequestStatus
 
+from vllm_voxserve.compat import route_mode_rpc_through_scheduler
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.scheduler.admission import first_fit
 from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.report import LaneBacklog, RequestProgress, StepReport
+from vllm_voxserve.scheduler.serving_mode import handle_mode_call
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
+from vllm_voxserve.worker.codec_mode_rpc import RPC_METHOD
 
 JOB_KEY = "voxserve"  # extra_args key of the speech job (models.qwen3_tts.job.EXTRA_ARGS_KEY)
 PLAN_KEY = "voxserve_plan"  # extra_args key of the endpoint's scheduling hints ({"expected_frames": n})
@@ -70,8 +73,11 @@ class SpeechPolicyMixin:
     clock = staticmethod(time.monotonic)  # the planner's clock (tests set a fake one)
     wall_clock = staticmethod(time.time)  # vLLM's `Request.arrival_time` clock
 
+    stock = False  # True: vLLM's own policy runs untouched (the `vllm-stock` serving mode, serving_mode.py)
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        route_mode_rpc_through_scheduler(RPC_METHOD, handle_mode_call)  # this is the engine-core process
         config = VoxServeConfig.from_additional_config(self.vllm_config.additional_config)
         self.planner = Planner(config.scheduler_policy())
         self.speech_policy = self.planner.cfg
@@ -81,12 +87,21 @@ class SpeechPolicyMixin:
         self.rejected: list[tuple[Request, Rejection]] = []  # finished, output not yet sent
         self.last_plan = None
 
+    def set_stock(self, stock: bool) -> None:
+        """Switch between our policy and vLLM's own (only while vLLM's `has_requests()` is false: nothing running,
+        nothing finished that the workers have not been told about)."""
+        if self.has_requests():
+            raise RuntimeError("the scheduling policy changes only while no request is running")
+        self.stock = stock
+        self.streams.clear()
+        self.held.clear()
+
     # --- requests in ---
 
     def add_request(self, request: Request) -> None:
         known = request.request_id in self.requests
         super().add_request(request)
-        if known:
+        if known or self.stock:
             return
         now = self.clock()
         waiting = self._waiting_request(request, now)
@@ -142,6 +157,8 @@ class SpeechPolicyMixin:
     # --- one step ---
 
     def schedule(self, *args, **kwargs):
+        if self.stock:
+            return super().schedule(*args, **kwargs)
         now = self.clock()
         self._forget_finished()
         plan = self.planner.plan_step(now, list(self.streams.values()), list(self.held.values()), LaneBacklog())
@@ -195,6 +212,8 @@ class SpeechPolicyMixin:
 
     def update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
+        if self.stock:
+            return outputs
         report: StepReport | None = getattr(model_runner_output, REPORT_ATTR, None)
         if report is not None:
             self.planner.observe(report)
