@@ -43,7 +43,7 @@ class VoxServeGPUWorker(Worker):
 
     def sample_tokens(self, grammar_output):
         """Model Runner V2: the speech step report rides on the step's output to the scheduler (the V1 runner attaches
-        its own, `V1SpeechHooks.sample_tokens`). Progress only: host timings of an asynchronous GPU step mislead."""
+        its own, `V1SpeechHooks.sample_tokens`). Costs are the device times of finished steps, not host timings."""
         output = super().sample_tokens(grammar_output)
         speech = getattr(getattr(self.model_runner, "model_state", None), "speech", None)
         if speech is not None:

@@ -24,7 +24,7 @@ from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
-from vllm_voxserve.worker.host_timing import StepHostTimes
+from vllm_voxserve.worker.step_timing import DeviceStepTimer, StepHostTimes
 from vllm_voxserve.worker.step_layout import StepLayout
 
 logger = logging.getLogger(__name__)
@@ -94,6 +94,8 @@ class SpeechRuntime:
         started = time.perf_counter()
         self._layout, self._step_started, self._codec_s, self._codec_chunks = layout, time.monotonic(), 0.0, 0
         self.model.prepare_step(layout)
+        if self.device_steps is not None and layout.req_ids:
+            self.device_steps.start(*_step_kind(layout))
         self.host_times.add("prepare", time.perf_counter() - started)
 
     def after_forward(self) -> None:
@@ -103,6 +105,8 @@ class SpeechRuntime:
         self.host_times.end_step()
 
     def _after_forward(self) -> None:
+        if self.device_steps is not None:
+            self.device_steps.stop()  # before the inline codec's work is queued
         codes, rows = self.model.take_frames()
         live = [i for i, r in enumerate(rows) if r.req_id not in self._failed]
         if len(live) != len(rows):
@@ -136,14 +140,17 @@ class SpeechRuntime:
         self._codec_s = 0.0
         self._codec_chunks = 0
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
+        # GPU: the scheduler's cost model learns each step's device time (host timings of async steps mislead)
+        self.device_steps = (DeviceStepTimer(lambda: torch.cuda.Event(enable_timing=True))
+                             if getattr(self, "device", None) is not None and self.device.type == "cuda" else None)
 
     def _chunks_sent(self) -> dict[str, int]:
         return {req_id: stream.chunks_sent for req_id, stream in self.pipeline.streams.items()}
 
     def step_report(self, costs: bool = True) -> StepReport:
-        """For the scheduler after a step: each open stream's progress (cumulative), and (with `costs`) what the step
-        cost. Costs are host timings, true only where the step is synchronous (CPU): on a GPU the forward and the
-        codec run asynchronously to the host, so there the scheduler keeps its seeded costs."""
+        """For the scheduler after a step: each open stream's progress (cumulative), and what steps cost. On GPU the
+        costs are device times of finished steps (CUDA events, `DeviceStepTimer`); on CPU, with `costs`, host timings
+        of this step (true there: the step is synchronous)."""
         now = time.monotonic()
         cfg = self.config
         progress = []
@@ -154,9 +161,10 @@ class SpeechRuntime:
                                             self._first_audio.get(req_id), in_flight))
         samples = []
         layout, self._layout = self._layout, None
-        if costs and layout is not None and layout.req_ids:
-            prefill_tokens = sum(n for n in layout.num_tokens if n > 1)
-            kind, size = ("prefill", prefill_tokens) if prefill_tokens else ("decode", len(layout.req_ids))
+        if self.device_steps is not None:
+            samples += [CostSample(kind, size, seconds) for kind, size, seconds in self.device_steps.harvest()]
+        elif costs and layout is not None and layout.req_ids:
+            kind, size = _step_kind(layout)
             samples.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0)))
             # Inline codec calls are timed here; the lanes mode's run asynchronously and are timed by the lanes.
             if self._codec_chunks and self.pipeline.codec_mode == "inline":
@@ -174,3 +182,9 @@ class SpeechRuntime:
     def _fail(self, req_id: str, message: str) -> None:
         self._failed.add(req_id)
         self.pipeline.fail(req_id, message)
+
+
+def _step_kind(layout: StepLayout) -> tuple[str, int]:
+    """The cost-model kind and size of a step: a prefill (its prompt tokens) if it has one, else a decode batch."""
+    prefill_tokens = sum(n for n in layout.num_tokens if n > 1)
+    return ("prefill", prefill_tokens) if prefill_tokens else ("decode", len(layout.req_ids))

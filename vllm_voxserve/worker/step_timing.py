@@ -1,5 +1,5 @@
-"""Host time the speech side adds to each engine step (its part of the gap between backbone steps), logged as
-percentiles every `every` steps. Pure Python: the runtime feeds it `time.perf_counter()` intervals."""
+"""Step timing: the host time the speech side adds to each engine step (its part of the gap between backbone
+steps, logged as percentiles) and the device time of each backbone step (for the scheduler's cost model)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,40 @@ class StepHostTimes:
         self._window = []
         self.report(line)
         return line
+
+
+class DeviceStepTimer:
+    """Device time of each backbone step, from a pair of CUDA events around it, read back without waiting.
+
+    With asynchronous scheduling the host runs ahead of the GPU, so host timings of a step mean little; the events
+    say what the step cost on the device. `harvest()` returns the (kind, size, seconds) of the steps whose end event
+    has completed, oldest first. `event_factory` makes timing events (tests pass fakes)."""
+
+    def __init__(self, event_factory: Callable[[], object], max_pending: int = 64):
+        self.event_factory = event_factory
+        self.max_pending = max_pending
+        self._open: tuple[str, int, object] | None = None
+        self._pending: list[tuple[str, int, object, object]] = []
+
+    def start(self, kind: str, size: int) -> None:
+        event = self.event_factory()
+        event.record()
+        self._open = (kind, size, event)
+
+    def stop(self) -> None:
+        if self._open is None:
+            return
+        kind, size, start = self._open
+        self._open = None
+        end = self.event_factory()
+        end.record()
+        self._pending.append((kind, size, start, end))
+        if len(self._pending) > self.max_pending:  # nobody harvests (e.g. no scheduler reads reports): drop oldest
+            del self._pending[0]
+
+    def harvest(self) -> list[tuple[str, int, float]]:
+        done = []
+        while self._pending and self._pending[0][3].query():
+            kind, size, start, end = self._pending.pop(0)
+            done.append((kind, size, start.elapsed_time(end) / 1000.0))
+        return done

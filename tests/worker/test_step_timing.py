@@ -1,0 +1,60 @@
+"""StepHostTimes (per-part percentiles over a window of steps) and DeviceStepTimer (device time per step)."""
+
+from vllm_voxserve.worker.step_timing import StepHostTimes, percentile
+
+
+def test_percentile_nearest_rank():
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) in (50.0, 51.0)
+    assert percentile(values, 0.99) == 99.0 and percentile(values, 1.0) == 100.0 and percentile(values, 0) == 1.0
+
+
+def test_reports_each_part_and_the_total_once_per_window():
+    lines = []
+    timer = StepHostTimes(every=4, report=lines.append)
+    for ms in (1, 2, 3, 4):
+        timer.add("prepare", ms / 1000)
+        timer.add("after", 2 * ms / 1000)
+        timer.add("after", ms / 1000)  # a part timed twice in one step adds up
+        assert (timer.end_step() is None) == (ms < 4)
+    assert len(lines) == 1
+    assert "over 4 steps" in lines[0]
+    assert "prepare 3.000/4.000/4.000" in lines[0] or "prepare 2.000/4.000/4.000" in lines[0]
+    assert "after 9.000/12.000/12.000" in lines[0] or "after 6.000/12.000/12.000" in lines[0]
+    assert "total" in lines[0]
+    timer.add("prepare", 0.001)
+    assert timer.end_step() is None  # a new window started
+
+
+class FakeEvent:
+    """A timing event on a fake device clock: `record()` stamps the time; done once the clock passed it."""
+
+    clock = {"now": 0.0, "done_until": 0.0}
+
+    def record(self):
+        self.at = self.clock["now"]
+
+    def query(self):
+        return self.at <= self.clock["done_until"]
+
+    def elapsed_time(self, end):
+        return (end.at - self.at) * 1000.0  # ms, as torch.cuda.Event
+
+
+def test_device_step_timer_reports_finished_steps_in_order_without_waiting():
+    from vllm_voxserve.worker.step_timing import DeviceStepTimer
+
+    clock = FakeEvent.clock
+    clock.update(now=0.0, done_until=-1.0)
+    timer = DeviceStepTimer(FakeEvent)
+    for kind, size, seconds in (("prefill", 300, 0.02), ("decode", 8, 0.005), ("decode", 9, 0.006)):
+        timer.start(kind, size)
+        clock["now"] += seconds
+        timer.stop()
+    assert timer.harvest() == []  # the device has not finished the first step yet
+    clock["done_until"] = 0.025  # the first two are done
+    assert [(k, s, round(t, 6)) for k, s, t in timer.harvest()] == [("prefill", 300, 0.02), ("decode", 8, 0.005)]
+    clock["done_until"] = 1.0
+    assert [(k, s) for k, s, _ in timer.harvest()] == [("decode", 9)]
+    timer.stop()  # a stop without a start (a dummy step) records nothing
+    assert timer.harvest() == []
