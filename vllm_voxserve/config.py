@@ -24,6 +24,7 @@ class CodecMode(str, enum.Enum):
 
     INLINE = "inline"  # decode each ready chunk inside the backbone step (time sharing, vLLM-stock-like)
     LANES = "lanes"  # asynchronous urgent + background lanes (the paper's design)
+    AUTO = "auto"  # the configured default: lanes on a GPU (inline if its SM partitions cannot be made), inline on CPU
 
 
 def _check_positive_int(name: str, value: Any) -> None:
@@ -109,13 +110,14 @@ class VoxServeConfig:
     chunk_frames: int = 10
     # Default streaming SLO; a request may set its own.
     ttfa_slo_ms: float = 200.0
-    codec_mode: CodecMode = CodecMode.INLINE
+    codec_mode: CodecMode = CodecMode.AUTO
     # Codec state slots (requests whose codec state lives on the device at once).
     max_codec_slots: int = 256
     # Largest number of chunks decoded in one codec batch.
     max_codec_batch: int = 16
-    # Codec precision: the exact incremental decode is checked in float32; bfloat16 is faster on GPU.
-    codec_dtype: str = "float32"
+    # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental
+    # decode is checked).
+    codec_dtype: str = "auto"
     # The served code predictor on GPU: torch.compile its frame, and replay it from CUDA graphs per batch bucket
     # in the steps vLLM does not capture whole (both ignored on CPU).
     code_predictor_compile: bool = True
@@ -140,8 +142,9 @@ class VoxServeConfig:
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
-        if self.codec_dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"voxserve.codec_dtype must be float32, bfloat16 or float16, got {self.codec_dtype!r}")
+        if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"voxserve.codec_dtype must be auto, float32, bfloat16 or float16, "
+                             f"got {self.codec_dtype!r}")
         self.scheduler_policy()  # bad scheduler keys or values fail at start-up
         if not isinstance(self.codec_mode, CodecMode):
             object.__setattr__(self, "codec_mode", CodecMode(self.codec_mode))

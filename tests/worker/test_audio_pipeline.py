@@ -283,6 +283,15 @@ def test_worker_rpc_reports_switches_and_refuses(program):
     assert codec_mode_call(object(), "lanes")["status"] == 503
 
 
+def test_default_codec_mode_is_inline_on_cpu_and_auto_is_no_switch_target(program):
+    config = VoxServeConfig.from_dict({"max_codec_slots": 4})
+    assert config.codec_mode.value == "auto" and config.codec_dtype == "auto"
+    pipeline = AudioPipeline(program, config, FakeSender(), torch.device("cpu"), clock=FrozenClock())
+    assert pipeline.codec_modes() == {"modes": ["inline", "lanes"], "current": "inline"}  # lanes on a GPU
+    with pytest.raises(ValueError, match="unknown codec mode"):
+        pipeline.set_codec_mode("auto")
+
+
 def test_a_first_chunk_and_an_overdue_later_chunk_of_another_length_run_in_separate_batches(program):
     """Both are urgent at once; one batch runs one (bucket, frames) executable, so each gets its own (found on the
     H200 at 64 req/s, where such a mixed batch failed every request in it)."""

@@ -47,7 +47,7 @@ class _Stream:
 
 
 class AudioPipeline:
-    MODES = tuple(m.value for m in CodecMode)
+    MODES = (CodecMode.INLINE.value, CodecMode.LANES.value)
 
     def __init__(self, program: CodecProgram, config: VoxServeConfig, sender: AudioSender, device: torch.device,
                  clock: Callable[[], float] = time.monotonic):
@@ -58,6 +58,13 @@ class AudioPipeline:
         self.lanes: LaneDispatch | None = None  # lanes mode's dispatcher, built on first use
         self.inline_graphs: CodecExecutables | None = None  # inline mode on GPU: codec graphs per (batch, frames)
         self.mode = CodecMode(config.codec_mode)
+        if self.mode is CodecMode.AUTO:
+            self.mode = CodecMode.LANES if device.type == "cuda" else CodecMode.INLINE
+            try:
+                self._prepare(self.mode)
+            except Exception:  # e.g. no green contexts on this GPU or driver: still serve, time-sharing
+                logger.exception("codec lanes could not be built; serving with the inline codec")
+                self.lanes, self.mode = None, CodecMode.INLINE
         self._prepare(self.mode)
 
     # mode --------------------------------------------------------------------------------------------------------
@@ -68,10 +75,9 @@ class AudioPipeline:
 
     def set_codec_mode(self, mode: str) -> None:
         """Switch between `inline` and `lanes`; ValueError for another name, CodecModeBusy while a request is open."""
-        try:
-            new = CodecMode(mode)
-        except ValueError:
-            raise ValueError(f"unknown codec mode {mode!r}; modes: {list(self.MODES)}") from None
+        if mode not in self.MODES:
+            raise ValueError(f"unknown codec mode {mode!r}; modes: {list(self.MODES)}")
+        new = CodecMode(mode)
         if self.streams:
             raise CodecModeBusy(f"{len(self.streams)} request(s) are running; switch the codec mode when idle")
         if self.lanes is not None:

@@ -36,8 +36,10 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 class SpeechRuntime:
     def __init__(self, model, config: VoxServeConfig, device: torch.device):
         self.model, self.config, self.device = model, config, device
-        decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", _DTYPES[config.codec_dtype], device)
-        program = Qwen3CodecProgram(decoder, _DTYPES[config.codec_dtype], compile=config.codec_compile)
+        dtype = _DTYPES[config.codec_dtype if config.codec_dtype != "auto" else
+                        "bfloat16" if device.type == "cuda" else "float32"]
+        decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
+        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile)
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()
