@@ -16,30 +16,12 @@ import time
 
 import torch
 
+from benchmarks.fig3.measure import graph_ms
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
-
-
-def graph_ms(step, capture_stream, launch_stream, reps: int) -> float:
-    capture_stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(capture_stream):
-        step(), step()
-    capture_stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=capture_stream):
-        step()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with torch.cuda.stream(launch_stream):
-        graph.replay()
-        start.record()
-        for _ in range(reps):
-            graph.replay()
-        end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 @torch.inference_mode()
@@ -76,8 +58,8 @@ def main() -> None:
                 if name.endswith("compile"):
                     row["compile_s"] = round(time.perf_counter() - started, 1)
                 for where, capture, launch in places:
-                    row[f"{name} ms ({where})"] = graph_ms(lambda p=program, q=pool: p.decode(codes, slots, q),
-                                                          capture, launch, args.reps)
+                    step = lambda p=program, q=pool: p.decode(codes, slots, q)  # noqa: E731
+                    row[f"{name} ms ({where})"] = graph_ms(lambda _batch, s=step: s, batch, capture, launch, args.reps)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out:
