@@ -109,14 +109,13 @@ class FusedCodePredictor(nn.Module):
         row_params = (temperature, top_k, top_p, seed, frame_index)
         for t in (*row_params, *(c for kv in caches for c in kv)):
             self._batch_dynamic(t)
-        codes, pos = [], 0
+        codes, pos, weights = [], 0, self.layer_weights
         for step in range(self.num_steps):
             t = x.shape[1]
             span = slice(pos, pos + t)
-            for i, (k_cache, v_cache) in enumerate(caches):
+            for (k_cache, v_cache), layer in zip(caches, weights, strict=True):
                 x = self._layer_pass(self._batch_dynamic(x), k_cache, v_cache, self.cos[span], self.sin[span],
-                                     self.positions[span], self.visible[span], *self.layer_weights[i],
-                                     self.num_heads, self.eps)
+                                     self.positions[span], self.visible[span], *layer, self.num_heads, self.eps)
             code = self._head_pick(self._batch_dynamic(x[:, -1]), self.heads[step], self.step_ids[step], *row_params)
             codes.append(code)
             pos += t
