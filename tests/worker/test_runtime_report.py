@@ -26,10 +26,10 @@ class FakeSender:
         self.audio.append((stream_key, seq, np.asarray(pcm)))
 
     def send_end(self, address, stream_key, seq):
-        pass
+        self.audio.append((stream_key, seq, "END"))
 
     def send_error(self, address, stream_key, seq, message):
-        pass
+        self.audio.append((stream_key, seq, f"ERROR {message}"))
 
 
 class FakeModel:
@@ -103,3 +103,16 @@ def test_report_attached_to_a_model_runner_output_survives_pickling(program):
     setattr(output, REPORT_ATTR, runtime.step_report())
     copy = pickle.loads(pickle.dumps(output))
     assert getattr(copy, REPORT_ATTR) == getattr(output, REPORT_ATTR)
+
+
+def test_a_preempted_request_ends_with_an_error_not_with_end(program):
+    """Model Runner V2 removes a preempted request as if it had finished: the stream must not look complete."""
+    runtime = runtime_with(program)
+    runtime.pipeline.open("r", "key-r", "ipc://unused")
+    runtime.pipeline.open("s", "key-s", "ipc://unused")
+    runtime.preempt({"r", "unknown"})
+    runtime.finish("r")  # the removal that follows
+    runtime.finish("s")  # a real finish
+    ends = {key: msg for key, _, msg in runtime.pipeline.sender.audio if isinstance(msg, str)}
+    assert ends == {"key-r": "ERROR request was preempted (KV cache full) and cannot be resumed", "key-s": "END"}
+    runtime.preempt(None)  # steps without preemptions

@@ -41,6 +41,13 @@ class VoxServeGPUWorker(Worker):
         with capture_vllm_graphs_on(partitions.lm_stream):
             return super().compile_or_warm_up_model()
 
+    def execute_model(self, scheduler_output):
+        # Model Runner V2 removes preempted requests before the step: tell the speech side first (runtime.preempt)
+        speech = getattr(getattr(self.model_runner, "model_state", None), "speech", None)
+        if speech is not None:
+            speech.preempt(getattr(scheduler_output, "preempted_req_ids", None))
+        return super().execute_model(scheduler_output)
+
     def sample_tokens(self, grammar_output):
         """Model Runner V2: the speech step report rides on the step's output to the scheduler (the V1 runner attaches
         its own, `V1SpeechHooks.sample_tokens`). Costs are the device times of finished steps, not host timings."""

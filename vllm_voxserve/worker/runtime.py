@@ -30,6 +30,7 @@ from vllm_voxserve.worker.step_layout import StepLayout
 logger = logging.getLogger(__name__)
 
 FRAME_S = 0.08  # one codec frame of audio (12.5 Hz)
+PREEMPTED = "request was preempted (KV cache full) and cannot be resumed"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -180,6 +181,14 @@ class SpeechRuntime:
             self._failed.discard(req_id)
             return
         self.pipeline.close(req_id)
+
+    def preempt(self, req_ids) -> None:
+        """Model Runner V2 removes a preempted request like a finished one (and re-adds it later with its generated
+        tokens): end its stream with an ERROR now, so the removal that follows does not send END after partial audio.
+        (Resuming a preempted request is not supported yet.)"""
+        for req_id in req_ids or ():
+            if req_id in self.pipeline.streams and req_id not in self._failed:
+                self._fail(req_id, PREEMPTED)
 
     def _fail(self, req_id: str, message: str) -> None:
         self._failed.add(req_id)
