@@ -12,7 +12,7 @@ def test_lanes_default_to_the_chunk_sizes_and_round_trip():
     assert config.lanes == LanesConfig(frame_counts=(5, 10), urgent_buckets=(1, 2),
                                        split=LaneSplitConfig("codec", 16))
     assert VoxServeConfig.from_dict(config.to_dict()) == config
-    assert VoxServeConfig().lanes.frame_counts == (10,)
+    assert VoxServeConfig().lanes.frame_counts == (5, 10)  # the default first chunk, then the others
     assert VoxServeConfig(codec_mode="lanes").codec_mode is CodecMode.LANES
 
 
