@@ -105,14 +105,20 @@ def test_report_attached_to_a_model_runner_output_survives_pickling(program):
     assert getattr(copy, REPORT_ATTR) == getattr(output, REPORT_ATTR)
 
 
-def test_a_preempted_request_ends_with_an_error_not_with_end(program):
-    """Model Runner V2 removes a preempted request as if it had finished: the stream must not look complete."""
+def test_a_preempted_request_keeps_its_stream_through_model_runner_v2s_removal_and_comes_back(program):
+    """Model Runner V2 removes a preempted request as if it had finished, then re-adds it: no END in between."""
     runtime = runtime_with(program)
-    runtime.pipeline.open("r", "key-r", "ipc://unused")
-    runtime.pipeline.open("s", "key-s", "ipc://unused")
-    runtime.preempt({"r", "unknown"})
-    runtime.finish("r")  # the removal that follows
-    runtime.finish("s")  # a real finish
+    resumed = []
+    runtime.model.resume_request = resumed.append
+    for req_id in ("r", "s", "t"):
+        runtime.pipeline.open(req_id, f"key-{req_id}", "ipc://unused")
+    runtime.preempt({"r", "t", "unknown"}, None)
+    for req_id in ("r", "s", "t"):
+        runtime.finish(req_id)  # MRV2's removals: r and t preempted, s really finished
+    runtime.start("r", 20, None)  # r comes back
+    assert resumed == ["r"] and "r" in runtime.pipeline.streams
+    runtime.preempt(None, {"t"})  # t was aborted while preempted: it never comes back
     ends = {key: msg for key, _, msg in runtime.pipeline.sender.audio if isinstance(msg, str)}
-    assert ends == {"key-r": "ERROR request was preempted (KV cache full) and cannot be resumed", "key-s": "END"}
-    runtime.preempt(None)  # steps without preemptions
+    assert ends == {"key-s": "END", "key-t": "END"}
+    runtime.finish("r")
+    assert {key for key, _, msg in runtime.pipeline.sender.audio if msg == "END"} == {"key-r", "key-s", "key-t"}

@@ -45,7 +45,7 @@ class VoxServeGPUWorker(Worker):
         # Model Runner V2 removes preempted requests before the step: tell the speech side first (runtime.preempt)
         speech = getattr(getattr(self.model_runner, "model_state", None), "speech", None)
         if speech is not None:
-            speech.preempt(getattr(scheduler_output, "preempted_req_ids", None))
+            speech.preempt(scheduler_output.preempted_req_ids, scheduler_output.finished_req_ids)
         return super().execute_model(scheduler_output)
 
     def sample_tokens(self, grammar_output):

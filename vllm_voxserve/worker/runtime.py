@@ -30,7 +30,6 @@ from vllm_voxserve.worker.step_layout import StepLayout
 logger = logging.getLogger(__name__)
 
 FRAME_S = 0.08  # one codec frame of audio (12.5 Hz)
-PREEMPTED = "request was preempted (KV cache full) and cannot be resumed"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -61,6 +60,10 @@ class SpeechRuntime:
         return x_vector, ref_codes
 
     def start(self, req_id: str, prompt_len: int, extra_args: dict | None) -> None:
+        if req_id in self._suspended:  # back after a preemption: same stream, same state, recomputed by vLLM
+            self._suspended.discard(req_id)
+            self.model.resume_request(req_id)
+            return
         try:
             job = SpeechJob.from_extra_args(extra_args)
         except (TypeError, ValueError) as exc:
@@ -143,6 +146,7 @@ class SpeechRuntime:
         self._codec_s = 0.0
         self._codec_chunks = 0
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
+        self._suspended: set[str] = set()  # preempted requests Model Runner V2 removed and will re-add
         # GPU: the scheduler's cost model learns each step's device time (host timings of async steps mislead)
         self.device_steps = (DeviceStepTimer(lambda: torch.cuda.Event(enable_timing=True))
                              if getattr(self, "device", None) is not None and self.device.type == "cuda" else None)
@@ -175,6 +179,8 @@ class SpeechRuntime:
         return StepReport(now, progress, costs=samples)
 
     def finish(self, req_id: str) -> None:
+        if req_id in self._suspended:  # preempted, not finished: it will be re-added (see `preempt`)
+            return
         self._first_audio.pop(req_id, None)
         self.model.remove_request(req_id)
         if req_id in self._failed:
@@ -182,13 +188,17 @@ class SpeechRuntime:
             return
         self.pipeline.close(req_id)
 
-    def preempt(self, req_ids) -> None:
-        """Model Runner V2 removes a preempted request like a finished one (and re-adds it later with its generated
-        tokens): end its stream with an ERROR now, so the removal that follows does not send END after partial audio.
-        (Resuming a preempted request is not supported yet.)"""
-        for req_id in req_ids or ():
+    def preempt(self, preempted, finished) -> None:
+        """Model Runner V2 removes a preempted request like a finished one and re-adds it later with its generated
+        tokens: keep its stream and state through the removal that follows (`finish`) until it returns (`start`).
+        One finished by vLLM meanwhile (e.g. aborted) never comes back: end it here."""
+        for req_id in preempted or ():
             if req_id in self.pipeline.streams and req_id not in self._failed:
-                self._fail(req_id, PREEMPTED)
+                self._suspended.add(req_id)
+        for req_id in finished or ():
+            if req_id in self._suspended:
+                self._suspended.discard(req_id)
+                self.finish(req_id)
 
     def _fail(self, req_id: str, message: str) -> None:
         self._failed.add(req_id)

@@ -35,13 +35,40 @@ def test_fill_mixes_prefill_chunks_decode_rows_and_vllm_dummy_rows():
     assert buffers.decode_row_index.tolist() == [2, 3, 2, 2]
 
 
-def test_decode_past_the_trailing_text_adds_tts_pad_and_preemption_is_reported():
+def test_decode_past_the_trailing_text_adds_tts_pad_and_unknown_history_is_reported():
     buffers = StepBuffers(max_tokens=8, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu")
     requests = {"a": request("a", 1, 2, trailing=(11,))}
     buffers.fill(StepLayout(("a",), (1,), (5,)), requests)
     assert buffers.text_ids[0].item() == 151671
-    buffers.fill(StepLayout(("a",), (4,), (0,)), requests)  # re-prefill past the prompt: generated inputs are gone
-    assert requests["a"].failed and "preempted" in requests["a"].failed
+    buffers.fill(StepLayout(("a",), (4,), (0,)), requests)  # recomputed past the prompt, but no frame was recorded
+    assert requests["a"].failed and "cannot recompute" in requests["a"].failed
+
+
+def replayed(req, k):
+    return torch.full((H,), 100.0 * (k + 1))
+
+
+def test_a_preempted_request_is_recomputed_from_its_frames_and_keeps_its_stash_until_it_decodes():
+    buffers = StepBuffers(max_tokens=8, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu")
+    a = request("a", 1, 3)
+    requests = {"a": a}
+    buffers.fill(StepLayout(("a",), (3,), (0,)), requests, replayed)  # the prefill
+    assert a.prefill_done and not a.resuming and buffers.write_slot[2].item() == 1
+    a.frames += [torch.zeros(16), torch.ones(16)]  # frames 0 and 1 finished; its token for frame 2 is pending
+    # vLLM recomputes it in two chunks: positions 0..3, then 4..5 (the last is the pending token, frame 2)
+    rows = buffers.fill(StepLayout(("a",), (4,), (0,)), requests, replayed)
+    assert rows == [] and a.resuming and not a.failed
+    torch.testing.assert_close(buffers.prefill_embeds[:3], a.prefill_embeds)
+    torch.testing.assert_close(buffers.prefill_embeds[3], replayed(a, 0))
+    assert buffers.write_slot[:4].tolist() == [2, 2, 2, 2]  # the stash from before the preemption stays
+    assert not buffers.is_decode[:4].any()
+    rows = buffers.fill(StepLayout(("a",), (2,), (4,)), requests, replayed)
+    assert [(r.row, r.frame_index) for r in rows] == [(1, 2)] and not a.resuming
+    torch.testing.assert_close(buffers.prefill_embeds[0], replayed(a, 1))
+    assert buffers.is_decode[:2].tolist() == [False, True] and buffers.write_slot[:2].tolist() == [2, 1]
+    a.frames.append(torch.full((16,), 2))
+    rows = buffers.fill(StepLayout(("a",), (1,), (6,)), requests, replayed)  # decoding as usual again
+    assert [(r.row, r.frame_index) for r in rows] == [(0, 3)] and buffers.write_slot[0].item() == 1
 
 
 def test_job_survives_the_extra_args_round_trip():

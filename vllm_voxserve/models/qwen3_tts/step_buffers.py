@@ -8,7 +8,8 @@ forward reads is a fixed buffer filled on the host before it, so the same forwar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -36,6 +37,12 @@ class ServedRequest:
     cp_top_p: float
     seed: int  # the code predictor's draws for frame k come from (seed, k): independent of the batch
     failed: str | None = None
+    # Preemption: vLLM recomputes a preempted request from its first token. Its finished frames (device rows [16])
+    # give the inputs of its generated positions; while `resuming`, its slot keeps the hidden state its pending
+    # token came from (the stash the pending decode row reads), so no other row of it may overwrite it.
+    frames: list = field(default_factory=list)
+    prefill_done: bool = False
+    resuming: bool = False
 
     def decode_text_id(self, step: int) -> int:
         return self.decode_text_ids[step] if step < len(self.decode_text_ids) else self.tts_pad_id
@@ -80,8 +87,12 @@ class StepBuffers:
         self._host_ints = np.zeros((len(_INT_ROWS), max_tokens), dtype=np.int64)
         self._host_floats = np.zeros((2, max_tokens), dtype=np.float32)
 
-    def fill(self, layout: StepLayout, requests: dict[str, ServedRequest]) -> list[DecodeRow]:
-        """Write a step's inputs; returns the decode rows (each completes one frame of its request)."""
+    def fill(self, layout: StepLayout, requests: dict[str, ServedRequest],
+             replay_embed: Callable[[ServedRequest, int], torch.Tensor] | None = None) -> list[DecodeRow]:
+        """Write a step's inputs; returns the decode rows (each completes one frame of its request).
+
+        replay_embed(req, k): the input [H] of generated position k of `req` (its frame k and text), for a
+        preempted request's recomputation."""
         n = layout.total_tokens
         if n > self.max_tokens:
             raise ValueError(f"step has {n} tokens, buffers hold {self.max_tokens}")
@@ -101,25 +112,36 @@ class StepBuffers:
                 row += count
                 continue
             read_slot[row : row + count] = req.slot
-            write_slot[row + count - 1] = req.slot  # the last row's hidden state feeds the next frame
             suppress[index] = req.fixed_length
-            if start >= req.prompt_len:
-                if count != 1:
-                    raise ValueError(f"{req_id}: {count} decode tokens in one step (speculative decode is unsupported)")
-                step = start - req.prompt_len
-                text_ids[row] = req.decode_text_id(step)
-                is_decode[row] = 1
-                floats[0, row], floats[1, row] = req.cp_temperature, req.cp_top_p
-                top_k[row], seed[row], frame_index[row] = req.cp_top_k, req.seed, step
-                decode_rows.append(DecodeRow(row, req_id, step))
-            else:
-                stop = min(start + count, req.prompt_len)
+            text_ids[row : row + count] = req.tts_pad_id
+            if start == 0 and req.prefill_done:
+                req.resuming = True  # recomputed after a preemption
+            last = start + count - 1
+            # The chunk's last row is the request's newest token (a decode row) unless it replays a finished frame.
+            decode_at = last if last - req.prompt_len >= len(req.frames) else None
+            stop = min(start + count, req.prompt_len)
+            if stop > start:
                 self.prefill_embeds[row : row + stop - start].copy_(req.prefill_embeds[start:stop])
-                if stop < start + count:
-                    # A preempted request is re-prefilled with its generated tokens; their inputs are not kept.
-                    req.failed = "request was preempted (KV cache full) and cannot be resumed"
-                    self.prefill_embeds[row + stop - start : row + count].zero_()
-                text_ids[row : row + count] = req.tts_pad_id
+                req.prefill_done |= stop == req.prompt_len
+            for position in range(max(start, req.prompt_len), last + 1 if decode_at is None else decode_at):
+                k = position - req.prompt_len
+                if replay_embed is None or k >= len(req.frames):
+                    req.failed = f"cannot recompute generated position {k} (frames known: {len(req.frames)})"
+                    self.prefill_embeds[row + position - start].zero_()
+                else:
+                    self.prefill_embeds[row + position - start].copy_(replay_embed(req, k))
+            if decode_at is not None:
+                r, step = row + decode_at - start, decode_at - req.prompt_len
+                text_ids[r] = req.decode_text_id(step)
+                is_decode[r] = 1
+                floats[0, r], floats[1, r] = req.cp_temperature, req.cp_top_p
+                top_k[r], seed[r], frame_index[r] = req.cp_top_k, req.seed, step
+                decode_rows.append(DecodeRow(r, req_id, step))
+            # The last row's hidden state feeds the next frame; a resuming request keeps its stash until it decodes.
+            if decode_at is not None or not req.resuming:
+                write_slot[row + count - 1] = req.slot
+            if decode_at is not None:
+                req.resuming = False
             row += count
         width = max(n, 1)
         for buf, src in (

@@ -139,15 +139,33 @@ class Qwen3TTSForVllm(nn.Module):
         return req
 
     def prepare_step(self, layout: StepLayout) -> None:
-        self._decode_rows = self._step_buffers().fill(layout, self.requests)
+        self._decode_rows = self._step_buffers().fill(layout, self.requests, self._replay_embed)
+
+    @torch.inference_mode()
+    def _replay_embed(self, req: ServedRequest, k: int) -> torch.Tensor:
+        """The input [H] of a request's generated position k, as its decode row built it (preempted requests)."""
+        talker = self.talker
+        text = torch.tensor([req.decode_text_id(k)], device=self.buffers.text_ids.device)
+        return (talker.code_predictor.frame_embedding(req.frames[k][None])
+                + talker.text_projection(talker.model.text_embedding(text)))[0]
+
+    def resume_request(self, req_id: str) -> None:
+        """vLLM re-adds a preempted request (Model Runner V2): it is recomputed from its first token."""
+        self.requests[req_id].resuming = True
 
     def take_frames(self) -> tuple[torch.Tensor, list[DecodeRow]]:
-        """Frames completed by the last forward: codes [len(rows), 16] (device) and which request/frame each is."""
+        """Frames completed by the last forward: codes [len(rows), 16] (device) and which request/frame each is.
+        Each request also keeps its frames, to recompute itself after a preemption."""
         rows, self._decode_rows = self._decode_rows, []
         if not rows:
             return self.buffers.frame_codes[:0], rows
         # the step's decode rows lead `decode_row_index`, in the order of `rows`
-        return self.buffers.frame_codes.index_select(0, self.buffers.decode_row_index[: len(rows)]), rows
+        codes = self.buffers.frame_codes.index_select(0, self.buffers.decode_row_index[: len(rows)])
+        for code, row in zip(codes, rows, strict=True):
+            req = self.requests.get(row.req_id)
+            if req is not None and row.frame_index == len(req.frames):
+                req.frames.append(code)
+        return codes, rows
 
     @staticmethod
     def get_model_state_cls():
