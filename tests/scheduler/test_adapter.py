@@ -52,7 +52,8 @@ def build(policy: dict | None = None, async_scheduling: bool = False, max_num_se
                                        async_scheduling=async_scheduling)
     cache_config = CacheConfig(block_size=16, enable_prefix_caching=False)
     vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
-                             additional_config={"voxserve": {"scheduler": policy}})
+                             # the step tables below assume the paper's 10-frame first chunk
+                             additional_config={"voxserve": {"first_chunk_frames": 10, "scheduler": policy}})
     # The scheduler reads a handful of model facts; "pooling" keeps vLLM from picking Model Runner V2 rules.
     model = types.SimpleNamespace(is_encoder_decoder=False, max_model_len=4096, is_diffusion=False,
                                   enable_return_routed_experts=False, runner_type="pooling")
