@@ -59,12 +59,14 @@ class AudioPipeline:
         self.inline_graphs: CodecExecutables | None = None  # inline mode on GPU: codec graphs per (batch, frames)
         self.mode = CodecMode(config.codec_mode)
         if self.mode is CodecMode.AUTO:
-            self.mode = CodecMode.LANES if device.type == "cuda" else CodecMode.INLINE
-            try:
-                self._prepare(self.mode)
-            except Exception:  # e.g. no green contexts on this GPU or driver: still serve, time-sharing
-                logger.exception("codec lanes could not be built; serving with the inline codec")
-                self.lanes, self.mode = None, CodecMode.INLINE
+            self.mode = CodecMode.INLINE
+            if device.type == "cuda":
+                try:
+                    self._prepare(CodecMode.LANES)
+                    self.mode = CodecMode.LANES
+                except Exception:  # e.g. no green contexts on this GPU or driver: still serve, time-sharing
+                    logger.exception("codec lanes could not be built; serving with the inline codec")
+                    self.lanes = None
         self._prepare(self.mode)
 
     # mode --------------------------------------------------------------------------------------------------------
