@@ -87,6 +87,28 @@ class StepBuffers:
         self._host_ints = np.zeros((len(_INT_ROWS), max_tokens), dtype=np.int64)
         self._host_floats = np.zeros((2, max_tokens), dtype=np.float32)
 
+    def _fill_prompt_and_replay(self, row: int, req: ServedRequest, start: int, count: int,
+                                replay_embed) -> int | None:
+        """Rows of a prefill chunk: prompt rows, and (a preempted request being recomputed) replayed generated
+        positions. Returns the position of the chunk's decode row (its newest token), if it has one."""
+        if start == 0 and req.prefill_done:
+            req.resuming = True  # recomputed after a preemption
+        last = start + count - 1
+        # The chunk's last row is the request's newest token (a decode row) unless it replays a finished frame.
+        decode_at = last if last - req.prompt_len >= len(req.frames) else None
+        stop = min(start + count, req.prompt_len)
+        if stop > start:
+            self.prefill_embeds[row : row + stop - start].copy_(req.prefill_embeds[start:stop])
+            req.prefill_done |= stop == req.prompt_len
+        for position in range(max(start, req.prompt_len), last + 1 if decode_at is None else decode_at):
+            k = position - req.prompt_len
+            if replay_embed is None or k >= len(req.frames):
+                req.failed = f"cannot recompute generated position {k} (frames known: {len(req.frames)})"
+                self.prefill_embeds[row + position - start].zero_()
+            else:
+                self.prefill_embeds[row + position - start].copy_(replay_embed(req, k))
+        return decode_at
+
     def fill(self, layout: StepLayout, requests: dict[str, ServedRequest],
              replay_embed: Callable[[ServedRequest, int], torch.Tensor] | None = None) -> list[DecodeRow]:
         """Write a step's inputs; returns the decode rows (each completes one frame of its request).
@@ -102,47 +124,41 @@ class StepBuffers:
         floats[0, : n + 1], floats[1, : n + 1] = 0.0, 1.0
         text_ids, is_decode, read_slot, write_slot, suppress, top_k, seed, frame_index = ints
         decode_rows: list[DecodeRow] = []
+        # Per request (one entry each) and per decode row, gathered in lists and written to the arrays at once.
+        slots, pads, fixed, stash_rows, stash_slots = [], [], [], [], []
+        d_rows, d_text, d_temp, d_top_p, d_top_k, d_seed, d_step = [], [], [], [], [], [], []
         row = 0
-        for index, (req_id, count, start) in enumerate(
-            zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True)
-        ):
+        for req_id, count, start in zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True):
             req = requests.get(req_id)
             if req is None:  # a warm-up or dummy batch of vLLM's: rows compute nothing that is kept
-                suppress[index] = 0
+                slots.append(0), pads.append(0), fixed.append(False)
                 row += count
                 continue
-            read_slot[row : row + count] = req.slot
-            suppress[index] = req.fixed_length
-            text_ids[row : row + count] = req.tts_pad_id
-            if start == 0 and req.prefill_done:
-                req.resuming = True  # recomputed after a preemption
-            last = start + count - 1
-            # The chunk's last row is the request's newest token (a decode row) unless it replays a finished frame.
-            decode_at = last if last - req.prompt_len >= len(req.frames) else None
-            stop = min(start + count, req.prompt_len)
-            if stop > start:
-                self.prefill_embeds[row : row + stop - start].copy_(req.prefill_embeds[start:stop])
-                req.prefill_done |= stop == req.prompt_len
-            for position in range(max(start, req.prompt_len), last + 1 if decode_at is None else decode_at):
-                k = position - req.prompt_len
-                if replay_embed is None or k >= len(req.frames):
-                    req.failed = f"cannot recompute generated position {k} (frames known: {len(req.frames)})"
-                    self.prefill_embeds[row + position - start].zero_()
-                else:
-                    self.prefill_embeds[row + position - start].copy_(replay_embed(req, k))
+            slots.append(req.slot), pads.append(req.tts_pad_id), fixed.append(req.fixed_length)
+            if count == 1 and start - req.prompt_len >= len(req.frames) and start >= req.prompt_len:
+                decode_at = start  # the usual decode row (the hot path)
+            else:
+                decode_at = self._fill_prompt_and_replay(row, req, start, count, replay_embed)
             if decode_at is not None:
                 r, step = row + decode_at - start, decode_at - req.prompt_len
-                text_ids[r] = req.decode_text_id(step)
-                is_decode[r] = 1
-                floats[0, r], floats[1, r] = req.cp_temperature, req.cp_top_p
-                top_k[r], seed[r], frame_index[r] = req.cp_top_k, req.seed, step
+                d_rows.append(r), d_text.append(req.decode_text_id(step)), d_step.append(step)
+                d_temp.append(req.cp_temperature), d_top_p.append(req.cp_top_p)
+                d_top_k.append(req.cp_top_k), d_seed.append(req.seed)
                 decode_rows.append(DecodeRow(r, req_id, step))
+                req.resuming = False
             # The last row's hidden state feeds the next frame; a resuming request keeps its stash until it decodes.
             if decode_at is not None or not req.resuming:
-                write_slot[row + count - 1] = req.slot
-            if decode_at is not None:
-                req.resuming = False
+                stash_rows.append(row + count - 1), stash_slots.append(req.slot)
             row += count
+        counts = np.asarray(layout.num_tokens, dtype=np.int64)
+        read_slot[:n] = np.repeat(np.asarray(slots, dtype=np.int64), counts)
+        text_ids[:n] = np.repeat(np.asarray(pads, dtype=np.int64), counts)
+        suppress[: len(fixed)] = fixed
+        write_slot[stash_rows] = stash_slots
+        if d_rows:
+            text_ids[d_rows], is_decode[d_rows], frame_index[d_rows] = d_text, 1, d_step
+            top_k[d_rows], seed[d_rows] = d_top_k, d_seed
+            floats[0, d_rows], floats[1, d_rows] = d_temp, d_top_p
         width = max(n, 1)
         for buf, src in (
             (self.text_ids, text_ids),
