@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -121,8 +121,8 @@ class AudioPipeline:
         if warmup_codes is not None and len(warmup_codes):
             self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
-    def push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
-        """codes [n,16]: one finished frame per entry of req_ids (in frame order per request)."""
+    def push(self, codes: Sequence[torch.Tensor], req_ids: list[str]) -> None:
+        """codes: one finished frame [16] per entry of req_ids (in frame order per request), e.g. a tensor [n,16]."""
         ready: list[tuple[str, int, torch.Tensor]] = []
         for frame, req_id in zip(codes, req_ids, strict=True):
             stream = self.streams.get(req_id)

@@ -116,7 +116,7 @@ class SpeechRuntime:
         codes, rows = self.model.take_frames()
         live = [i for i, r in enumerate(rows) if r.req_id not in self._failed]
         if len(live) != len(rows):
-            codes = codes[live]
+            codes = [codes[i] for i in live]
             rows = [rows[i] for i in live]
         if rows or self.pipeline.codec_mode != "inline":  # the lanes are pumped every step, frames or not
             sent_before = self._chunks_sent()

@@ -9,7 +9,7 @@ reference modules, reused as they are.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -153,19 +153,19 @@ class Qwen3TTSForVllm(nn.Module):
         """vLLM re-adds a preempted request (Model Runner V2): it is recomputed from its first token."""
         self.requests[req_id].resuming = True
 
-    def take_frames(self) -> tuple[torch.Tensor, list[DecodeRow]]:
-        """Frames completed by the last forward: codes [len(rows), 16] (device) and which request/frame each is.
-        Each request also keeps its frames, to recompute itself after a preemption."""
+    def take_frames(self) -> tuple[Sequence[torch.Tensor], list[DecodeRow]]:
+        """Frames completed by the last forward: one code row [16] (device) per decode row, and which request/frame
+        each is. Each request also keeps its frames, to recompute itself after a preemption."""
         rows, self._decode_rows = self._decode_rows, []
         if not rows:
-            return self.buffers.frame_codes[:0], rows
-        # the step's decode rows lead `decode_row_index`, in the order of `rows`
-        codes = self.buffers.frame_codes.index_select(0, self.buffers.decode_row_index[: len(rows)])
-        for code, row in zip(codes, rows, strict=True):
+            return (), rows
+        # the step's decode rows lead `decode_row_index`, in the order of `rows`; split into rows once, here
+        frames = self.buffers.frame_codes.index_select(0, self.buffers.decode_row_index[: len(rows)]).unbind(0)
+        for code, row in zip(frames, rows, strict=True):
             req = self.requests.get(row.req_id)
             if req is not None and row.frame_index == len(req.frames):
                 req.frames.append(code)
-        return codes, rows
+        return frames, rows
 
     @staticmethod
     def get_model_state_cls():
