@@ -9,7 +9,6 @@ set -uo pipefail
 final_out=${OUT:?set OUT}
 res=${RES:-/tmp/issue7}; mkdir -p "$res"
 cfg=${VOXSERVE_CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
-serve_pat="cli.main"" serve"  # split: never match this script's own command line
 SECONDS=0
 OUT=$res KEEP_SERVER=1 SERVE_ARGS="--additional-config $cfg" \
   ABLATION_ARGS="--modes ${MODES:-vllm-stock,inline,lanes} --strategy search --chain-start --seeds ${SEEDS:-0}
@@ -17,7 +16,9 @@ OUT=$res KEEP_SERVER=1 SERVE_ARGS="--additional-config $cfg" \
   --time-budget-s ${BUDGET_S:-120}" \
   timeout -k 5 "${OURS_T:-540}" bash scripts/gpu_serve_smoke.sh > "$res/run.txt" 2>&1
 echo "ended at ${SECONDS} s" >> "$res/times.txt"
-pkill -f "$serve_pat"; sleep 3; pkill -9 -f "$serve_pat"; pkill -9 -f "VLLM::"
+if [ -e "$res/server.pid" ]; then  # only this script's server: another may run on the other GPU
+  pgid=$(cat "$res/server.pid"); kill -- -"$pgid" 2>/dev/null; sleep 5; kill -9 -- -"$pgid" 2>/dev/null
+fi
 grep -v '"POST /v1/audio/speech HTTP/1.1" 200 OK' "$res/serve.log" > "$res/serve.short" && mv "$res/serve.short" "$res/serve.log"
 cat "$res/times.txt"; grep -h "code predictor:\|init engine\|step host time\|codec mode" "$res/serve.log" | cut -c1-220
 tar czf "$final_out/results.tgz" -C "$res" .
