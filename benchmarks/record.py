@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
 import platform
@@ -89,3 +90,12 @@ def write_record(record: dict[str, Any], path: str | Path) -> Path:
     partial.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
     os.replace(partial, path)
     return path
+
+
+def read_record(folder: str | Path) -> dict[str, Any]:
+    """The record of a results folder: record.json, or record.json.gz as committed (keeps the repository small)."""
+    folder = Path(folder)
+    plain = folder / "record.json"
+    if plain.exists():
+        return json.loads(plain.read_text(encoding="utf-8"))
+    return json.loads(gzip.decompress((folder / "record.json.gz").read_bytes()).decode("utf-8"))

@@ -5,12 +5,12 @@ the first DIR); `=LABEL` names a plain search or sweep's series (its record's se
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from benchmarks.metrics import RateSummary
 from benchmarks.plots import plot_series
+from benchmarks.record import read_record
 
 
 def series_of(record: dict) -> dict[str, list[RateSummary]]:
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     target_s = 0.2
     for arg in argv:
         folder, _, label = arg.partition("=")
-        record = json.loads((Path(folder) / "record.json").read_text())
+        record = read_record(folder)
         found = series_of(record)
         if label:
             if len(found) != 1:
