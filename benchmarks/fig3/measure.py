@@ -20,7 +20,7 @@ import torch
 
 from benchmarks.fig3.backbone import backbone_step_factory
 from vllm_voxserve.codec_lanes.executables import capture_step_graphs
-from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
+from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.codec_lanes.split_chooser import Workload, choose_split, codec_step_factory, profile_splits
 
 def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 20) -> float:
@@ -36,7 +36,7 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
     return start.elapsed_time(end) / reps
 
 
-def build_codec(dtype: torch.dtype):
+def build_codec(dtype: torch.dtype, compile: bool):
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
     from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -44,7 +44,7 @@ def build_codec(dtype: torch.dtype):
 
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
-    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype)
+    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile)
 
 
 def main() -> None:
@@ -55,28 +55,28 @@ def main() -> None:
     ap.add_argument("--codec-batch", type=int, default=16)
     ap.add_argument("--frames", type=int, default=10)
     ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--no-codec-compile", action="store_true", help="the codec uncompiled (served default: compiled)")
     ap.add_argument("--out", default="fig3.json")
     args = ap.parse_args()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
-    backbone, codec = backbone_step_factory(context=args.context), build_codec(dtype)
+    backbone, codec = backbone_step_factory(context=args.context), build_codec(dtype, not args.no_codec_compile)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()
 
     # (a) backbone alone on each LM partition size, and both components alone on the whole GPU
-    whole = create_partitions(SplitSpec("codec", splits[0]))  # its urgent stream is the whole GPU
+    whole = shared_partitions(SplitSpec("codec", splits[0]))  # its urgent stream is the whole GPU
     full = dict(backbone_step_ms=graph_ms(backbone, args.backbone_batch, whole.urgent_stream, whole.urgent_stream),
                 **{f"codec_batch{b}_ms": graph_ms(codec_step, b, whole.urgent_stream, whole.urgent_stream)
                    for b in (1, args.codec_batch)})
     alone = []
     for n in splits:
-        parts = create_partitions(SplitSpec("codec", n))
+        parts = shared_partitions(SplitSpec("codec", n))  # kept for the process, as profile_splits does
         alone.append(dict(lm_sms=parts.lm_sms, codec_sms=parts.codec_sms,
                           backbone_step_ms=graph_ms(backbone, args.backbone_batch, parts.lm_stream,
                                                     parts.lm_launch_stream),
                           codec_batch1_ms=graph_ms(codec_step, 1, parts.codec_stream, parts.codec_launch_stream)))
-        parts.close()  # its graphs are gone with graph_ms's frame
 
     # (b) side by side on each split, (c) codec latency beside the backbone
     work = Workload(args.backbone_batch, args.codec_batch, args.frames)

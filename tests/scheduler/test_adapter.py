@@ -45,7 +45,7 @@ class FakeClock:
         return self.t
 
 
-def build(policy: dict | None = None, async_scheduling: bool = False, max_num_seqs: int = 16):
+def build(policy: dict | None = None, async_scheduling: bool = False, max_num_seqs: int = 16, **voxserve):
     policy = {"overload_mode": "off", **(policy or {})}
     scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=4096, max_model_len=4096,
                                        is_encoder_decoder=False, enable_chunked_prefill=True,
@@ -53,7 +53,8 @@ def build(policy: dict | None = None, async_scheduling: bool = False, max_num_se
     cache_config = CacheConfig(block_size=16, enable_prefix_caching=False)
     vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
                              # the step tables below assume the paper's 10-frame first chunk
-                             additional_config={"voxserve": {"first_chunk_frames": 10, "scheduler": policy}})
+                             additional_config={"voxserve": {"first_chunk_frames": 10, "scheduler": policy,
+                                                                **voxserve}})
     # The scheduler reads a handful of model facts; "pooling" keeps vLLM from picking Model Runner V2 rules.
     model = types.SimpleNamespace(is_encoder_decoder=False, max_model_len=4096, is_diffusion=False,
                                   enable_return_routed_experts=False, runner_type="pooling")
@@ -266,3 +267,20 @@ def test_stock_mode_runs_vllms_policy_untouched_and_switches_only_when_idle(asyn
     scheduler.set_stock(False)
     scheduler.add_request(speech_request("c", clock))
     assert "c" in scheduler.held or "c" in scheduler.streams  # the policy is back
+
+
+def test_a_request_waits_while_every_codec_slot_holds_an_open_audio_stream():
+    scheduler, clock = build({"admission_mode": "prefill_first"}, max_codec_slots=2)
+    for rid in "ab":
+        scheduler.add_request(speech_request(rid, clock, max_tokens=3))
+    while any(r in scheduler.requests for r in "ab"):
+        step(scheduler, clock)
+    # vLLM is done with a and b, but the worker still decodes their audio: both slots are taken
+    decoding = StepReport(clock.t, [RequestProgress(r, 2, True, 0, 0.0) for r in "ab"])
+    step(scheduler, clock, decoding)
+    scheduler.add_request(speech_request("c", clock))
+    for _ in range(3):
+        assert step(scheduler, clock)[1] == set()
+    assert "c" in scheduler.held
+    step(scheduler, clock, StepReport(clock.t, [RequestProgress("b", 2, True, 0, 0.0)]))  # a's audio ended
+    assert step(scheduler, clock)[1] == {"c"}

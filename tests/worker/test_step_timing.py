@@ -11,7 +11,11 @@ def test_percentile_nearest_rank():
 
 def test_reports_each_part_and_the_total_once_per_window():
     lines = []
-    timer = StepHostTimes(every=4, report=lines.append)
+    ticks = iter([0.0, 0.010, 0.030, 0.060, 0.100])
+    timer = StepHostTimes(every=4, report=lines.append, clock=lambda: next(ticks))
+    timer.add_device_step("decode", 8, 0.004)
+    timer.add_device_step("decode", 16, 0.006)
+    timer.add_device_step("prefill", 100, 0.050)  # only decode steps are summarized
     for ms in (1, 2, 3, 4):
         timer.add("prepare", ms / 1000)
         timer.add("after", 2 * ms / 1000)
@@ -22,6 +26,8 @@ def test_reports_each_part_and_the_total_once_per_window():
     assert "prepare 3.000/4.000/4.000" in lines[0] or "prepare 2.000/4.000/4.000" in lines[0]
     assert "after 9.000/12.000/12.000" in lines[0] or "after 6.000/12.000/12.000" in lines[0]
     assert "total" in lines[0]
+    assert "step interval 20.000/30.000/30.000" in lines[0] or "step interval 10.000/30.000/30.000" in lines[0]
+    assert "decode device time" in lines[0] and "at mean batch 12.0" in lines[0]
     timer.add("prepare", 0.001)
     assert timer.end_step() is None  # a new window started
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_voxserve.codec_lanes.executables import capture_step_graphs
-from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
+from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.models.program import CodecProgram
 
 logger = logging.getLogger(__name__)
@@ -121,22 +121,19 @@ def _side_by_side_ms(lm_stream, codec_stream, backbone, codec, window_ms: float)
 def profile_splits(candidates: Sequence[SplitSpec], make_backbone_step: Callable[[int], Callable[[], None]],
                    make_codec_step: Callable[[int], Callable[[], None]], workload: Workload,
                    window_ms: float = 200.0) -> list[SplitMeasurement]:
-    """Measure each candidate split on the GPU (builds and destroys its partitions)."""
+    """Measure each candidate split on the GPU. Its partitions stay for the process (`shared_partitions`): the
+    caching allocator keeps blocks and events of their streams, so destroying them mid-process is not safe."""
     results = []
     for spec in candidates:
-        parts = create_partitions(spec)
-        try:
-            backbone = capture_step_graphs(make_backbone_step, [workload.backbone_batch], parts.lm_stream)
-            codec = capture_step_graphs(make_codec_step, [workload.codec_batch], parts.codec_stream)
-            step_ms, batch_ms = _side_by_side_ms(parts.lm_launch_stream, parts.codec_launch_stream,
-                                                 backbone[workload.backbone_batch],
-                                                 codec[workload.codec_batch], window_ms)
-            del backbone, codec
-            m = SplitMeasurement(spec, parts.lm_sms, parts.codec_sms, step_ms, batch_ms, workload)
-            logger.info("split LM %d / codec %d SMs: step %.3f ms (%.0f frames/s), codec batch %.3f ms "
-                        "(%.0f frames/s)", m.lm_sms, m.codec_sms, step_ms, m.backbone_frames_per_s,
-                        batch_ms, m.codec_frames_per_s)
-            results.append(m)
-        finally:
-            parts.close()
+        parts = shared_partitions(spec)
+        backbone = capture_step_graphs(make_backbone_step, [workload.backbone_batch], parts.lm_stream)
+        codec = capture_step_graphs(make_codec_step, [workload.codec_batch], parts.codec_stream)
+        step_ms, batch_ms = _side_by_side_ms(parts.lm_launch_stream, parts.codec_launch_stream,
+                                             backbone[workload.backbone_batch], codec[workload.codec_batch], window_ms)
+        del backbone, codec
+        m = SplitMeasurement(spec, parts.lm_sms, parts.codec_sms, step_ms, batch_ms, workload)
+        logger.info("split LM %d / codec %d SMs: step %.3f ms (%.0f frames/s), codec batch %.3f ms "
+                    "(%.0f frames/s)", m.lm_sms, m.codec_sms, step_ms, m.backbone_frames_per_s,
+                    batch_ms, m.codec_frames_per_s)
+        results.append(m)
     return results

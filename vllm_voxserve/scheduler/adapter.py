@@ -32,7 +32,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from vllm_voxserve.compat import route_mode_rpc_through_scheduler
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.scheduler.admission import first_fit
+from vllm_voxserve.scheduler.admission import first_fit, within_stream_limit
 from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.report import LaneBacklog, RequestProgress, StepReport
@@ -80,6 +80,8 @@ class SpeechPolicyMixin:
         route_mode_rpc_through_scheduler(RPC_METHOD, handle_mode_call)  # this is the engine-core process
         config = VoxServeConfig.from_additional_config(self.vllm_config.additional_config)
         self.planner = Planner(config.scheduler_policy())
+        self.max_audio_streams = config.max_codec_slots
+        self.audio_streams: set[str] = set()  # the worker's open audio streams at its last report
         self.speech_policy = self.planner.cfg
         self.streams: dict[str, StreamState] = {}  # admitted speech requests
         self.held: dict[str, WaitingRequest] = {}  # speech requests not yet admitted, in arrival order
@@ -94,6 +96,7 @@ class SpeechPolicyMixin:
             raise RuntimeError("the scheduling policy changes only while no request is running")
         self.stock = stock
         self.streams.clear()
+        self.audio_streams.clear()
         self.held.clear()
 
     # --- requests in ---
@@ -170,6 +173,8 @@ class SpeechPolicyMixin:
             plan.admit = [w.request_id for w in first_fit(list(self.held.values()), math.inf, self.planner.costs,
                                                           self.speech_policy)]
         self._finish_rejected()
+        open_streams = len(self.audio_streams.union(self.streams))
+        plan.admit = within_stream_limit(plan.admit, open_streams, self.max_audio_streams)
         for request_id in plan.admit:
             waiting = self.held.pop(request_id, None)
             if waiting is not None:
@@ -217,6 +222,7 @@ class SpeechPolicyMixin:
         report: StepReport | None = getattr(model_runner_output, REPORT_ATTR, None)
         if report is not None:
             self.planner.observe(report)
+            self.audio_streams = {p.request_id for p in report.progress}
         reported = {p.request_id: p for p in report.progress} if report is not None else {}
         now = self.clock()
         for request_id, stream in self.streams.items():

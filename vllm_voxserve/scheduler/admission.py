@@ -44,6 +44,12 @@ def first_fit(
     return chosen
 
 
+def within_stream_limit(admit: list[str], open_streams: int, max_streams: int) -> list[str]:
+    """The prefix of `admit` that keeps the open audio streams (admitted requests, and finished ones whose audio is
+    still being decoded) within `max_streams`, the codec's state slots: a request past it waits instead of failing."""
+    return admit[: max(max_streams - open_streams, 0)]
+
+
 class PrefillAdmission:
     """Holds the one piece of state of the rule: since when the lane has been deferring prefills."""
 

@@ -221,7 +221,7 @@ class AudioPipeline:
             bucket = graphs.plan([f.clamp(0, MAX_CODE) for _, f in batch], slots, (), padded)
             wav = graphs.run(bucket, padded)[: len(batch), : frames * self.program.samples_per_frame]
             return wav.cpu().numpy()
-        codes = torch.stack([f for _, f in batch]).clamp_(0, MAX_CODE)
+        codes = torch.stack([f for _, f in batch]).to(self.device).clamp_(0, MAX_CODE)  # frames may come from the host
         slot_ids = torch.tensor(slots, dtype=torch.long, device=self.device)
         return self.program.decode(codes, slot_ids, self.pool).float().cpu().numpy()
 

@@ -39,7 +39,7 @@ class SpeechRuntime:
         dtype = _DTYPES[config.codec_dtype if config.codec_dtype != "auto" else
                         "bfloat16" if device.type == "cuda" else "float32"]
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
-        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile)
+        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda")
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()
@@ -169,7 +169,9 @@ class SpeechRuntime:
         samples = []
         layout, self._layout = self._layout, None
         if self.device_steps is not None:
-            samples += [CostSample(kind, size, seconds) for kind, size, seconds in self.device_steps.harvest()]
+            for kind, size, seconds in self.device_steps.harvest():
+                samples.append(CostSample(kind, size, seconds))
+                self.host_times.add_device_step(kind, size, seconds)
         elif costs and layout is not None and layout.req_ids:
             kind, size = _step_kind(layout)
             samples.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0)))

@@ -4,6 +4,7 @@ steps, logged as percentiles) and the device time of each backbone step (for the
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
@@ -15,15 +16,33 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
+def _spread(name: str, seconds: list[float]) -> str:
+    if not seconds:
+        return ""
+    v = sorted(seconds)
+    return f"{name} {percentile(v, 0.5) * 1e3:.3f}/{percentile(v, 0.9) * 1e3:.3f}/{percentile(v, 0.99) * 1e3:.3f}"
+
+
 class StepHostTimes:
     """Collects per-step host seconds of named parts; every `every` steps reports p50/p90/p99 of each part and of
     their sum, then starts a new window."""
 
-    def __init__(self, every: int = 2000, report: Callable[[str], None] | None = None):
+    def __init__(self, every: int = 2000, report: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.every = every
         self.report = report or logger.info
+        self.clock = clock
         self._window: list[dict[str, float]] = []
         self._current: dict[str, float] = {}
+        # beside our share: the time from one step's end to the next (the whole engine step, host and device as the
+        # host sees it) and the device time of decode steps with their batch, so one line shows where a step goes
+        self._intervals: list[float] = []
+        self._last_end: float | None = None
+        self._decode: list[tuple[int, float]] = []
+
+    def add_device_step(self, kind: str, size: int, seconds: float) -> None:
+        if kind == "decode":
+            self._decode.append((size, seconds))
 
     def add(self, part: str, seconds: float) -> None:
         self._current[part] = self._current.get(part, 0.0) + seconds
@@ -33,6 +52,10 @@ class StepHostTimes:
         if self._current:
             self._window.append(self._current)
             self._current = {}
+        now = self.clock()
+        if self._last_end is not None:
+            self._intervals.append(now - self._last_end)
+        self._last_end = now
         if len(self._window) < self.every:
             return None
         parts = sorted({p for step in self._window for p in step})
@@ -41,7 +64,11 @@ class StepHostTimes:
         line = f"voxserve step host time over {len(self._window)} steps (ms, p50/p90/p99): " + "; ".join(
             f"{name} {percentile(v, 0.5) * 1e3:.3f}/{percentile(v, 0.9) * 1e3:.3f}/{percentile(v, 0.99) * 1e3:.3f}"
             for name, v in columns.items())
-        self._window = []
+        line += _spread("; step interval", self._intervals)
+        if self._decode:
+            line += _spread("; decode device time", [sec for _, sec in self._decode])
+            line += f" at mean batch {sum(n for n, _ in self._decode) / len(self._decode):.1f}"
+        self._window, self._intervals, self._decode = [], [], []
         self.report(line)
         return line
 
