@@ -99,3 +99,39 @@ def read_record(folder: str | Path) -> dict[str, Any]:
     if plain.exists():
         return json.loads(plain.read_text(encoding="utf-8"))
     return json.loads(gzip.decompress((folder / "record.json.gz").read_bytes()).decode("utf-8"))
+
+
+_SLIM_DROPPED = ("text", "chunk_times_s", "chunk_audio_bytes", "header_bytes", "bytes_per_second")
+
+
+def slim_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A record small enough to commit: the summaries whole, and per request its outcome, times, first-audio time
+    and chunk count, not its text or every chunk (the texts follow from `index` and the workload)."""
+    bodies = list(record["modes"].values()) if "modes" in record else [record]
+    for body in bodies:
+        for run in body.get("runs", []):
+            for request in run.get("requests", []):
+                times = request.get("chunk_times_s") or []
+                request["first_audio_s"] = times[0] if times else None
+                request["num_chunks"] = len(times)
+                for key in _SLIM_DROPPED:
+                    request.pop(key, None)
+    record["slimmed"] = True
+    return record
+
+
+def main(argv: list[str]) -> int:
+    """`python -m benchmarks.record --slim IN_DIR OUT_DIR`: OUT_DIR/record.json.gz, slimmed, from IN_DIR's record."""
+    if len(argv) != 3 or argv[0] != "--slim":
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    out = Path(argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(slim_record(read_record(argv[1])), separators=(",", ":"), default=str).encode("utf-8")
+    (out / "record.json.gz").write_bytes(gzip.compress(data, 9))
+    print(out / "record.json.gz")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

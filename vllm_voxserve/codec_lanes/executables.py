@@ -153,6 +153,7 @@ def _capture_all(steps: dict, stream: Any, warmup: int) -> dict:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=mempool, stream=stream):
             steps[key]()
+        graph.step = steps[key]  # its closure holds the static buffers the graph reads and writes: keep them alive
         graphs[key] = graph
     stream.synchronize()
     return graphs

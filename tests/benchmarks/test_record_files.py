@@ -1,0 +1,24 @@
+import gzip
+import json
+
+from benchmarks.record import main, read_record
+
+
+def _record():
+    request = {"index": 3, "text": "some words", "num_frames": 20, "status": 200, "outcome": "completed",
+               "chunk_times_s": [0.12, 0.5, 0.9], "chunk_audio_bytes": [1, 2, 3], "finished_s": 1.0}
+    return {"modes": {"lanes": {"summaries": [{"rate": 8.0}], "runs": [{"rate": 8.0, "requests": [request]}]}}}
+
+
+def test_a_slimmed_record_keeps_summaries_and_each_requests_outcome_and_first_audio(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "record.json").write_text(json.dumps(_record()))
+    assert main(["--slim", str(tmp_path / "in"), str(tmp_path / "out")]) == 0
+    assert not (tmp_path / "out" / "record.json").exists()
+    slim = read_record(tmp_path / "out")  # reads record.json.gz
+    assert slim == json.loads(gzip.decompress((tmp_path / "out" / "record.json.gz").read_bytes()))
+    lanes = slim["modes"]["lanes"]
+    assert lanes["summaries"] == [{"rate": 8.0}]
+    (request,) = lanes["runs"][0]["requests"]
+    assert request["first_audio_s"] == 0.12 and request["num_chunks"] == 3 and request["outcome"] == "completed"
+    assert "text" not in request and "chunk_times_s" not in request
