@@ -121,11 +121,9 @@ class CodecLane:
                 return None
             self._done.synchronize()
         spf = self.executables.program.samples_per_frame
-        out = [
-            FinishedChunk(c.request_id, c.chunk_index,
-                          self.executables.wav_host[i, :c.codes.shape[0] * spf].clone(), c.is_last, self.kind)
-            for i, c in enumerate(self._in_flight)
-        ]
+        wav = self.executables.wav_host[: len(self._in_flight)].clone()  # one copy: the next batch reuses wav_host
+        out = [FinishedChunk(c.request_id, c.chunk_index, wav[i, :c.codes.shape[0] * spf], c.is_last, self.kind)
+               for i, c in enumerate(self._in_flight)]
         if self._done is None:
             self.last_batch_seconds = self._cpu_seconds
         else:

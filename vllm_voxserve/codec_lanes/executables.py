@@ -94,16 +94,22 @@ class CodecExecutables:
         # whole rows only: a strided host<->device copy goes through pageable memory and blocks the host
         self.codes_host[:bucket].zero_()
         staged_on_device = []
-        for i, c in enumerate(codes):
-            if c.device.type == "cuda":
-                staged_on_device.append((i, c))
-            else:
-                self.codes_host[i, :c.shape[0]].copy_(c)
+        same_length = len({c.shape[0] for c in codes}) == 1 and len({c.device for c in codes}) == 1
+        if same_length and codes[0].device.type != "cuda":  # the usual batch: one copy, not one per chunk
+            self.codes_host[:n, :codes[0].shape[0]].copy_(torch.stack(list(codes)))
+        elif not same_length:
+            for i, c in enumerate(codes):
+                if c.device.type == "cuda":
+                    staged_on_device.append((i, c))
+                else:
+                    self.codes_host[i, :c.shape[0]].copy_(c)
         self.slots_host[:n] = torch.as_tensor(list(slots), dtype=torch.int64)
         self.slots_host[n:bucket] = self.padding_slot
         if self.device.type == "cuda":
             self.codes[:bucket].copy_(self.codes_host[:bucket], non_blocking=True)
             self.slots[:bucket].copy_(self.slots_host[:bucket], non_blocking=True)
+        if same_length and codes[0].device.type == "cuda":
+            self.codes[:n, :codes[0].shape[0]].copy_(torch.stack(list(codes)))
         for i, c in staged_on_device:
             self.codes[i, :c.shape[0]].copy_(c)
         if fresh_slots:

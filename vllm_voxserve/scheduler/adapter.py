@@ -164,7 +164,9 @@ class SpeechPolicyMixin:
             return super().schedule(*args, **kwargs)
         now = self.clock()
         self._forget_finished()
-        plan = self.planner.plan_step(now, list(self.streams.values()), list(self.held.values()), LaneBacklog())
+        # the codec lanes are planned in the worker (chunk_dispatch): here both count as busy, so only the LM is
+        plan = self.planner.plan_step(now, list(self.streams.values()), list(self.held.values()),
+                                      LaneBacklog(urgent_busy=True, background_busy=True))
         self.last_plan = plan
         if self._busy():
             for rejection in plan.reject:

@@ -64,15 +64,20 @@ class Planner:
         waiting: Sequence[WaitingRequest],
         lanes: LaneBacklog,
         lm_free: bool = True,
+        lm_has_work: bool | None = None,
     ) -> StepPlan:
-        """`waiting` in arrival order. LM fields are filled only when `lm_free`; a codec lane's only when idle."""
+        """`waiting` in arrival order. LM fields are filled only when `lm_free`; a codec lane's only when idle.
+        `lm_has_work`: whether the LM still has requests to generate or admit, when the caller passes only the
+        streams with a chunk to place (default: judged from `streams` and `waiting`)."""
         plan = StepPlan()
         if lm_free:
             if self._last_lm_step_at is not None:
                 self.overload.observe_step_interval(now - self._last_lm_step_at)
             self._plan_lm(now, streams, waiting, plan)
             self._last_lm_step_at = now if plan.admit or plan.decode else None
-        self._plan_codec(now, streams, waiting, lanes, plan)
+        if lm_has_work is None:
+            lm_has_work = bool(waiting) or any(not s.generation_done for s in streams)
+        self._plan_codec(now, streams, lanes, lm_has_work, plan)
         return plan
 
     def _plan_lm(
@@ -94,15 +99,16 @@ class Planner:
         self,
         now: float,
         streams: Sequence[StreamState],
-        waiting: Sequence[WaitingRequest],
         lanes: LaneBacklog,
+        lm_has_work: bool,
         plan: StepPlan,
     ) -> None:
+        if lanes.urgent_busy and lanes.background_busy:
+            return  # neither lane can take a batch: nothing to place (the LM-only caller passes this)
         urgent, background = split_by_urgency(ready_chunks(streams, self.cfg), now, self.cfg.urgent_margin_s)
         if not lanes.urgent_busy:
             plan.urgent = urgent_batch(urgent, self.cfg.urgent_max_batch)
         if not lanes.background_busy:
-            lm_has_work = bool(waiting) or any(not s.generation_done for s in streams)
             plan.background = background_batch(background, now, lm_has_work, self.costs, self.cfg)
         launched = {c.request_id for c in plan.background}
         # A chunk left waiting turns urgent δu before its deadline: plan again by then.

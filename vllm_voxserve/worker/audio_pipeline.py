@@ -42,6 +42,9 @@ class _Stream:
     frames: int = 0  # frames received so far
     chunks_cut: int = 0  # index of the next chunk to cut (its size comes from the config's schedule)
     chunks_sent: int = 0  # chunks whose audio has been sent (lanes mode: may trail chunks_cut)
+    frames_sent: int = 0  # the scheduled frames of the chunks sent (a short last chunk counts whole)
+    first_audio_at: float | None = None  # when its first audio left (the pipeline's clock)
+    cut_at: int = 0  # pending frames that complete the next chunk
     seq: int = 0  # next message number on the audio channel
     closing: bool = False  # lanes mode: finished, END follows its last audio
 
@@ -53,6 +56,7 @@ class AudioPipeline:
                  clock: Callable[[], float] = time.monotonic):
         self.program, self.config, self.sender, self.device, self.clock = program, config, sender, device, clock
         self.streams: dict[str, _Stream] = {}
+        self.chunks_sent = 0  # over all requests, since start-up
         self.pool = None  # inline mode's state pool and free slots, built on first use
         self._free_slots: list[int] = []
         self.lanes: LaneDispatch | None = None  # lanes mode's dispatcher, built on first use
@@ -111,30 +115,33 @@ class AudioPipeline:
         if self.mode is CodecMode.LANES:
             # Warm-up: reference frames decoded into the state, unheard (Base voice cloning continues them).
             self.lanes.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
-            self.streams[req_id] = _Stream(stream_key, address, None)
+            self.streams[req_id] = _Stream(stream_key, address, None, cut_at=self.config.chunk_frames_at(0))
             return
         if not self._free_slots:
             raise RuntimeError(f"all {self.config.max_codec_slots} codec slots are in use (raise max_codec_slots)")
         slot = self._free_slots.pop()
         self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
-        self.streams[req_id] = _Stream(stream_key, address, slot)
+        self.streams[req_id] = _Stream(stream_key, address, slot, cut_at=self.config.chunk_frames_at(0))
         if warmup_codes is not None and len(warmup_codes):
             self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
     def push(self, codes: Sequence[torch.Tensor], req_ids: list[str]) -> None:
         """codes: one finished frame [16] per entry of req_ids (in frame order per request), e.g. a tensor [n,16]."""
         ready: list[tuple[str, int, torch.Tensor]] = []
-        for frame, req_id in zip(codes, req_ids, strict=True):
-            stream = self.streams.get(req_id)
+        streams, lanes = self.streams, self.lanes if self.mode is CodecMode.LANES else None
+        for frame, req_id in zip(codes, req_ids, strict=True):  # the per-row host loop of every step: keep it lean
+            stream = streams.get(req_id)
             if stream is None or stream.closing:
                 continue
-            stream.pending.append(frame)
+            pending = stream.pending
+            pending.append(frame)
             stream.frames += 1
-            if self.mode is CodecMode.LANES:
-                self.lanes.add_frames(req_id, 1)
-            if len(stream.pending) >= self.config.chunk_frames_at(stream.chunks_cut):
-                ready.append((req_id, stream.chunks_cut, torch.stack(stream.pending)))
+            if lanes is not None:
+                lanes.add_frames(req_id, 1)
+            if len(pending) >= stream.cut_at:
+                ready.append((req_id, stream.chunks_cut, torch.stack(pending)))
                 stream.chunks_cut += 1
+                stream.cut_at = self.config.chunk_frames_at(stream.chunks_cut)
                 stream.pending = []
         if self.mode is CodecMode.INLINE:
             self._decode([(req_id, frames) for req_id, _, frames in ready])
@@ -228,8 +235,12 @@ class AudioPipeline:
     def _send(self, req_id: str, audio) -> None:
         stream = self.streams[req_id]
         self.sender.send_audio(stream.address, stream.stream_key, stream.seq, audio)
+        if stream.first_audio_at is None:
+            stream.first_audio_at = self.clock()
         stream.seq += 1
+        stream.frames_sent += self.config.chunk_frames_at(stream.chunks_sent)
         stream.chunks_sent += 1
+        self.chunks_sent += 1
 
     def codec_modes(self) -> dict:
         """What `GET /voxserve/modes` reports."""

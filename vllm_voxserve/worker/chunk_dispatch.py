@@ -152,9 +152,14 @@ class LaneDispatch:
         background_idle = self.manager.is_idle(LaneKind.BACKGROUND)
         if not (urgent_idle or background_idle) or not self.requests:
             return False
-        plan = self.planner.plan_step(self.clock(), [r.state for r in self.requests.values()], [],
+        # only requests with a cut chunk and none in flight can have a ready one: the policy sees just those
+        candidates = [r.state for r in self.requests.values() if r.queue and not r.state.chunk_in_flight]
+        if not candidates:
+            return False
+        generating = any(not r.state.generation_done for r in self.requests.values())
+        plan = self.planner.plan_step(self.clock(), candidates, [],
                                       LaneBacklog(urgent_busy=not urgent_idle, background_busy=not background_idle),
-                                      lm_free=False)
+                                      lm_free=False, lm_has_work=generating)
         launched = False
         for kind, chosen in ((LaneKind.URGENT, plan.urgent), (LaneKind.BACKGROUND, plan.background)):
             chosen = self._one_executable(chosen)

@@ -119,7 +119,7 @@ class SpeechRuntime:
             codes = [codes[i] for i in live]
             rows = [rows[i] for i in live]
         if rows or self.pipeline.codec_mode != "inline":  # the lanes are pumped every step, frames or not
-            sent_before = self._chunks_sent()
+            sent_before = self.pipeline.chunks_sent
             started = time.monotonic()
             try:
                 self.pipeline.push(codes, [r.req_id for r in rows])
@@ -127,20 +127,14 @@ class SpeechRuntime:
                 logger.exception("codec step failed")
                 for req_id in {r.req_id for r in rows}:
                     self._fail(req_id, f"codec failed: {type(exc).__name__}: {exc}")
-            now = time.monotonic()
-            sent = self._chunks_sent()
-            self._codec_chunks += sum(sent.values()) - sum(sent_before.values())
-            self._codec_s += now - started
-            for req_id, chunks in sent.items():
-                if chunks and req_id not in self._first_audio:
-                    self._first_audio[req_id] = now
+            self._codec_chunks += self.pipeline.chunks_sent - sent_before
+            self._codec_s += time.monotonic() - started
         for req in self.model.requests.values():
             if req.failed and req.req_id not in self._failed:
                 self._fail(req.req_id, req.failed)
 
     def _init_report(self) -> None:
-        # For the scheduler's step report: when each request's first audio left, this step's layout and timings.
-        self._first_audio: dict[str, float] = {}
+        # For the scheduler's step report: this step's layout and timings.
         self._layout: StepLayout | None = None
         self._step_started = 0.0
         self._codec_s = 0.0
@@ -151,21 +145,16 @@ class SpeechRuntime:
         self.device_steps = (DeviceStepTimer(lambda: torch.cuda.Event(enable_timing=True))
                              if getattr(self, "device", None) is not None and self.device.type == "cuda" else None)
 
-    def _chunks_sent(self) -> dict[str, int]:
-        return {req_id: stream.chunks_sent for req_id, stream in self.pipeline.streams.items()}
-
     def step_report(self, costs: bool = True) -> StepReport:
         """For the scheduler after a step: each open stream's progress (cumulative), and what steps cost. On GPU the
         costs are device times of finished steps (CUDA events, `DeviceStepTimer`); on CPU, with `costs`, host timings
         of this step (true there: the step is synchronous)."""
         now = time.monotonic()
-        cfg = self.config
         progress = []
         for req_id, stream in self.pipeline.streams.items():
-            sent_frames = sum(cfg.chunk_frames_at(i) for i in range(stream.chunks_sent))
             in_flight = stream.chunks_cut > stream.chunks_sent  # lanes mode: cut, not yet decoded and sent
-            progress.append(RequestProgress(req_id, stream.frames, False, stream.chunks_sent, sent_frames * FRAME_S,
-                                            self._first_audio.get(req_id), in_flight))
+            progress.append(RequestProgress(req_id, stream.frames, False, stream.chunks_sent,
+                                            stream.frames_sent * FRAME_S, stream.first_audio_at, in_flight))
         samples = []
         layout, self._layout = self._layout, None
         if self.device_steps is not None:
@@ -183,7 +172,6 @@ class SpeechRuntime:
     def finish(self, req_id: str) -> None:
         if req_id in self._suspended:  # preempted, not finished: it will be re-added (see `preempt`)
             return
-        self._first_audio.pop(req_id, None)
         self.model.remove_request(req_id)
         if req_id in self._failed:
             self._failed.discard(req_id)
