@@ -25,7 +25,9 @@ if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile:
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,fig3,* ]]; then
-  timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure --out "$res/fig3.json" > "$res/fig3.txt" 2>&1
+  timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure --out "$res/fig3.json" > "$res/fig3.txt" 2>&1 \
+    || timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure --skip-alone \
+      --out "$res/fig3_skip_alone.json" > "$res/fig3_skip_alone.txt" 2>&1  # a crash: again without stage (a)
   echo "fig3 ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 tail -n 3 "$res"/*.txt

@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=10)
     ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--no-codec-compile", action="store_true", help="the codec uncompiled (served default: compiled)")
+    ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
     ap.add_argument("--out", default="fig3.json")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -64,39 +65,48 @@ def main() -> None:
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()
+    # saved after every stage: a crash (the H200 runs of this script segfaulted inside profile_splits) keeps the rest
+    result = dict(gpu=torch.cuda.get_device_name(), sm_count=torch.cuda.get_device_properties(0).multi_processor_count,
+                  codec_dtype=args.codec_dtype, workload=vars(args), alone=[], side_by_side=[])
+
+    def save() -> None:
+        result["seconds"] = time.perf_counter() - t0
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
 
     # (a) backbone alone on each LM partition size, and both components alone on the whole GPU
     whole = shared_partitions(SplitSpec("codec", splits[0]))  # its urgent stream is the whole GPU
     full = dict(backbone_step_ms=graph_ms(backbone, args.backbone_batch, whole.urgent_stream, whole.urgent_stream),
                 **{f"codec_batch{b}_ms": graph_ms(codec_step, b, whole.urgent_stream, whole.urgent_stream)
                    for b in (1, args.codec_batch)})
-    alone = []
-    for n in splits:
+    result["whole_gpu"] = full
+    save()
+    for n in splits if not args.skip_alone else ():
         parts = shared_partitions(SplitSpec("codec", n))  # kept for the process, as profile_splits does
-        alone.append(dict(lm_sms=parts.lm_sms, codec_sms=parts.codec_sms,
-                          backbone_step_ms=graph_ms(backbone, args.backbone_batch, parts.lm_stream,
-                                                    parts.lm_launch_stream),
-                          codec_batch1_ms=graph_ms(codec_step, 1, parts.codec_stream, parts.codec_launch_stream)))
+        result["alone"].append(dict(lm_sms=parts.lm_sms, codec_sms=parts.codec_sms,
+                                    backbone_step_ms=graph_ms(backbone, args.backbone_batch, parts.lm_stream,
+                                                              parts.lm_launch_stream),
+                                    codec_batch1_ms=graph_ms(codec_step, 1, parts.codec_stream,
+                                                             parts.codec_launch_stream)))
+        save()
 
     # (b) side by side on each split, (c) codec latency beside the backbone
-    work = Workload(args.backbone_batch, args.codec_batch, args.frames)
-    side = profile_splits([SplitSpec("codec", n) for n in splits], backbone, codec_step, work, window_ms=300.0)
-    single = profile_splits([SplitSpec("codec", n) for n in splits], backbone, codec_step,
-                            Workload(args.backbone_batch, 1, args.frames), window_ms=150.0)
+    side = []
+    for n in splits:
+        spec = SplitSpec("codec", n)
+        (m,) = profile_splits([spec], backbone, codec_step,
+                              Workload(args.backbone_batch, args.codec_batch, args.frames), window_ms=300.0)
+        (one,) = profile_splits([spec], backbone, codec_step, Workload(args.backbone_batch, 1, args.frames),
+                                window_ms=150.0)
+        side.append(m)
+        result["side_by_side"].append(dict(
+            lm_sms=m.lm_sms, codec_sms=m.codec_sms, backbone_step_ms=m.backbone_step_ms, codec_batch_ms=m.codec_batch_ms,
+            codec_batch1_ms=one.codec_batch_ms, backbone_frames_per_s=m.backbone_frames_per_s,
+            codec_frames_per_s=m.codec_frames_per_s, keeps_up=m.codec_keeps_up))
+        save()
     choice = choose_split(side)
-    result = dict(
-        gpu=torch.cuda.get_device_name(), sm_count=torch.cuda.get_device_properties(0).multi_processor_count,
-        codec_dtype=args.codec_dtype, workload=vars(args), whole_gpu=full,
-        alone=alone,
-        side_by_side=[dict(lm_sms=m.lm_sms, codec_sms=m.codec_sms, backbone_step_ms=m.backbone_step_ms,
-                           codec_batch_ms=m.codec_batch_ms, codec_batch1_ms=s.codec_batch_ms,
-                           backbone_frames_per_s=m.backbone_frames_per_s, codec_frames_per_s=m.codec_frames_per_s,
-                           keeps_up=m.codec_keeps_up) for m, s in zip(side, single)],
-        chosen_codec_sms=choice.best.codec_sms, chosen_keeps_up=choice.codec_keeps_up,
-        seconds=time.perf_counter() - t0,
-    )
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    result.update(chosen_codec_sms=choice.best.codec_sms, chosen_keeps_up=choice.codec_keeps_up)
+    save()
     by24 = {m["codec_sms"]: m for m in result["side_by_side"]}.get(24)
     print(f"fig3: backbone step {full['backbone_step_ms']:.3f} ms whole GPU; codec batch1 "
           f"{full['codec_batch1_ms']:.2f} ms / batch{args.codec_batch} {full[f'codec_batch{args.codec_batch}_ms']:.2f}"

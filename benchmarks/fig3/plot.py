@@ -53,7 +53,8 @@ def draw(result: dict, out: Path) -> Path:
         b.scatter(m["backbone_frames_per_s"], m["codec_frames_per_s"], c=color)
         b.annotate(f"{m['codec_sms']}", (m["backbone_frames_per_s"], m["codec_frames_per_s"]), fontsize=8,
                    textcoords="offset points", xytext=(4, 4))
-    chosen = next((m for m in side if m["codec_sms"] == result["chosen_codec_sms"]), None)
+    # a run cut short (measure.py saves after every stage) may lack the later parts: draw what is there
+    chosen = next((m for m in side if m["codec_sms"] == result.get("chosen_codec_sms")), None)
     if chosen:
         b.scatter(chosen["backbone_frames_per_s"], chosen["codec_frames_per_s"], s=160, facecolors="none",
                   edgecolors="k", label=f"chosen: {chosen['codec_sms']} codec SMs")
@@ -61,15 +62,17 @@ def draw(result: dict, out: Path) -> Path:
     b.legend()
     # (c)
     beside = {m["codec_sms"]: m for m in side}
-    shown = beside.get(24) or chosen or side[0]
-    labels = ["1 chunk\nwhole GPU", f"{n} chunks\nwhole GPU", f"1 chunk\n{shown['codec_sms']} SMs beside",
-              f"{n} chunks\n{shown['codec_sms']} SMs beside"]
-    values = [whole["codec_batch1_ms"], whole[f"codec_batch{n}_ms"], shown["codec_batch1_ms"], shown["codec_batch_ms"]]
-    c.bar(range(4), values, color=["tab:blue", "tab:blue", "tab:orange", "tab:orange"])
+    shown = beside.get(24) or chosen or (side[0] if side else None)
+    labels = ["1 chunk\nwhole GPU", f"{n} chunks\nwhole GPU"]
+    values = [whole["codec_batch1_ms"], whole[f"codec_batch{n}_ms"]]
+    if shown is not None:
+        labels += [f"1 chunk\n{shown['codec_sms']} SMs beside", f"{n} chunks\n{shown['codec_sms']} SMs beside"]
+        values += [shown["codec_batch1_ms"], shown["codec_batch_ms"]]
+    c.bar(range(len(values)), values, color=["tab:blue", "tab:blue", "tab:orange", "tab:orange"][: len(values)])
     c.scatter([0, 1], [PAPER_MS["whole_1"], PAPER_MS["whole_n"]], marker="_", s=600, c="k", label="paper (H100)")
-    if shown["codec_sms"] == 24 and n == 16:
+    if shown is not None and shown["codec_sms"] == 24 and n == 16:
         c.scatter([3], [PAPER_MS["beside_n_24sms"]], marker="_", s=600, c="k")
-    c.set_xticks(range(4), labels, fontsize=8)
+    c.set_xticks(range(len(values)), labels, fontsize=8)
     c.set(ylabel="ms per call", title=f"(c) codec, {work['frames']} frames per chunk")
     c.legend()
     fig.suptitle(f"{result['gpu']}: backbone and codec on SM partitions")

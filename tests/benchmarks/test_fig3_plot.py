@@ -27,3 +27,10 @@ def test_time_sharing_line():
 def test_draws_a_png(tmp_path):
     out = draw(record(), tmp_path / "fig3.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_draws_what_a_run_cut_short_saved(tmp_path):
+    partial = record()
+    partial.update(side_by_side=[], alone=partial["alone"][:1])
+    del partial["chosen_codec_sms"], partial["chosen_keeps_up"]
+    assert draw(partial, tmp_path / "fig3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
