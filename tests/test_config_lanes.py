@@ -32,3 +32,10 @@ def test_lanes_default_to_the_chunk_sizes_and_round_trip():
 def test_bad_lanes_fail_at_start_up(lanes, message):
     with pytest.raises(ValueError, match=message):
         VoxServeConfig.from_dict({"lanes": lanes})
+
+
+def test_the_cost_models_codec_share_follows_the_split_unless_the_policy_sets_its_own():
+    assert VoxServeConfig().scheduler_policy().codec_sms == VoxServeConfig().lanes.split.group_sms
+    assert VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}}).scheduler_policy().codec_sms == 24
+    own = VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}, "scheduler": {"codec_sms": 40}})
+    assert own.scheduler_policy().codec_sms == 40
