@@ -27,6 +27,10 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
         if parallel.worker_cls == "auto":
             parallel.worker_cls = CPU_WORKER if current_platform.is_cpu() else GPU_WORKER
         scheduler = vllm_config.scheduler_config
+        max_seqs = getattr(scheduler, "max_num_seqs", None)
+        if max_seqs is not None and max_seqs > config.max_codec_slots:  # each running request holds a codec slot
+            raise ValueError(f"--max-num-seqs {max_seqs} is more than voxserve.max_codec_slots "
+                             f"{config.max_codec_slots}: raise max_codec_slots or lower --max-num-seqs")
         if scheduler.scheduler_cls is None:  # a user's --scheduler-cls wins
             scheduler.scheduler_cls = SCHEDULER
         # vLLM must not treat the text tokenizer's ids (<|im_end|> = 151645 ...) as stop tokens of a 3072-id codec
