@@ -14,9 +14,10 @@ def _vllm_config(max_num_seqs, voxserve=None):
         cache_config=types.SimpleNamespace(enable_prefix_caching=True))
 
 
-def test_more_running_requests_than_codec_slots_fail_at_start_up_with_the_fix_named():
-    with pytest.raises(ValueError, match="max_codec_slots 8: raise max_codec_slots or lower --max-num-seqs"):
-        VoxServeConfigHook.verify_and_update_config(_vllm_config(16, {"max_codec_slots": 8}))
+def test_running_requests_are_capped_at_the_codec_slots():
+    config = _vllm_config(1024, {"max_codec_slots": 8})  # vLLM's default on a large GPU
+    VoxServeConfigHook.verify_and_update_config(config)
+    assert config.scheduler_config.max_num_seqs == 8
 
 
 @pytest.mark.parametrize("max_num_seqs", [None, 256])
@@ -24,4 +25,5 @@ def test_the_hook_picks_our_scheduler_when_the_slots_suffice(max_num_seqs):
     config = _vllm_config(max_num_seqs)
     VoxServeConfigHook.verify_and_update_config(config)
     assert config.scheduler_config.scheduler_cls == SCHEDULER
+    assert config.scheduler_config.max_num_seqs == max_num_seqs
     assert config.model_config.skip_tokenizer_init and not config.cache_config.enable_prefix_caching

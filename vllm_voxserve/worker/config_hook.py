@@ -28,9 +28,12 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
             parallel.worker_cls = CPU_WORKER if current_platform.is_cpu() else GPU_WORKER
         scheduler = vllm_config.scheduler_config
         max_seqs = getattr(scheduler, "max_num_seqs", None)
-        if max_seqs is not None and max_seqs > config.max_codec_slots:  # each running request holds a codec slot
-            raise ValueError(f"--max-num-seqs {max_seqs} is more than voxserve.max_codec_slots "
-                             f"{config.max_codec_slots}: raise max_codec_slots or lower --max-num-seqs")
+        if max_seqs is not None and max_seqs > config.max_codec_slots:
+            # Each running request holds a codec state slot: past them, an inline-mode request would fail at its
+            # first step. vLLM's own default (1024 on large GPUs) lands here too, so clamp rather than refuse.
+            logger.warning("voxserve: --max-num-seqs %d lowered to voxserve.max_codec_slots %d (raise "
+                           "max_codec_slots to run more requests at once)", max_seqs, config.max_codec_slots)
+            scheduler.max_num_seqs = config.max_codec_slots
         if scheduler.scheduler_cls is None:  # a user's --scheduler-cls wins
             scheduler.scheduler_cls = SCHEDULER
         # vLLM must not treat the text tokenizer's ids (<|im_end|> = 151645 ...) as stop tokens of a 3072-id codec
