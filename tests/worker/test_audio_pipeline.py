@@ -117,6 +117,8 @@ def run_interleaved(pipeline, lengths: dict[str, int], starts: dict[str, int]):
                     made[r] += 1
         if frames:
             pipeline.push(torch.stack(frames), ids)
+        if pipeline.lanes is not None:  # the step log's backlog counter agrees with the queues
+            assert pipeline.lanes.queued_chunks == sum(len(q.queue) for q in pipeline.lanes.requests.values())
         step += 1
     return codes
 
@@ -133,7 +135,7 @@ def test_interleaved_requests_get_their_full_decode_in_order_then_end(program, m
         check_stream(sender, f"key-{r}", full_decode(program, codes[r]), num_chunks(n))
     assert not pipeline.streams
     if mode == "lanes":
-        assert not pipeline.lanes.busy
+        assert not pipeline.lanes.busy and pipeline.lanes.queued_chunks == 0
         assert pipeline.lanes.manager.slots.num_free == 8
 
 
@@ -231,6 +233,7 @@ def test_a_failed_request_gets_error_and_frees_its_slot(program, mode):
     assert [m[0] for m in sender.of("key-b")] == ["end"]
     if gate is not None:
         assert pipeline.lanes.manager.slots.num_free == 8 and not pipeline.lanes.busy
+        assert pipeline.lanes.queued_chunks == 0
     else:
         assert len(pipeline._free_slots) == 8
 

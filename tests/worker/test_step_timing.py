@@ -17,6 +17,7 @@ def test_reports_each_part_and_the_total_once_per_window():
     timer.add_device_step("decode", 16, 0.006)
     timer.add_device_step("prefill", 100, 0.050)  # only decode steps are summarized
     for ms in (1, 2, 3, 4):
+        timer.add_gauge("open audio streams", 10 * ms)
         timer.add("prepare", ms / 1000)
         timer.add("after", 2 * ms / 1000)
         timer.add("after", ms / 1000)  # a part timed twice in one step adds up
@@ -28,6 +29,7 @@ def test_reports_each_part_and_the_total_once_per_window():
     assert "total" in lines[0]
     assert "step interval 20.000/30.000/30.000" in lines[0] or "step interval 10.000/30.000/30.000" in lines[0]
     assert "decode device time" in lines[0] and "at mean batch 12.0" in lines[0]
+    assert "open audio streams 20/40/40" in lines[0] or "open audio streams 30/40/40" in lines[0]
     timer.add("prepare", 0.001)
     assert timer.end_step() is None  # a new window started
 

@@ -72,6 +72,7 @@ class LaneDispatch:
         self.manager = LaneManager(program, partitions, lane_config, self._on_chunk)
         self.frame_counts = tuple(sorted(lanes.frame_counts))
         self.requests: dict[str, _Request] = {}
+        self.queued_chunks = 0  # cut chunks waiting for a lane, over all requests (the step log's backlog)
 
     # request lifecycle -------------------------------------------------------------------------------------------
 
@@ -92,6 +93,7 @@ class LaneDispatch:
         """A cut chunk (all its frames exist): it waits here until the policy sends it to a lane."""
         req = self.requests[request_id]
         req.queue.append(CodecChunk(request_id, chunk_index, codes, is_last))
+        self.queued_chunks += 1
 
     def finish(self, request_id: str) -> None:
         """The request generates no more frames (its last chunk, if any, was added with is_last)."""
@@ -108,7 +110,9 @@ class LaneDispatch:
 
     def abort(self, request_id: str) -> None:
         """Drop the request: queued chunks are forgotten, the audio of one in flight is discarded."""
-        if self.requests.pop(request_id, None) is not None:
+        req = self.requests.pop(request_id, None)
+        if req is not None:
+            self.queued_chunks -= len(req.queue)
             self.manager.close_request(request_id)
 
     @property
@@ -193,6 +197,7 @@ class LaneDispatch:
         for ready in chosen:
             req = self.requests[ready.request_id]
             req.queue.popleft()
+            self.queued_chunks -= 1
             req.state.chunk_in_flight = True
 
     def _on_chunk(self, finished: FinishedChunk) -> None:

@@ -39,6 +39,11 @@ class StepHostTimes:
         self._intervals: list[float] = []
         self._last_end: float | None = None
         self._decode: list[tuple[int, float]] = []
+        self._gauges: dict[str, list[float]] = {}
+
+    def add_gauge(self, name: str, value: float) -> None:
+        """A level sampled once a step (open audio streams, chunks waiting for a codec lane): p50/p99/max."""
+        self._gauges.setdefault(name, []).append(value)
 
     def add_device_step(self, kind: str, size: int, seconds: float) -> None:
         if kind == "decode":
@@ -68,7 +73,10 @@ class StepHostTimes:
         if self._decode:
             line += _spread("; decode device time", [sec for _, sec in self._decode])
             line += f" at mean batch {sum(n for n, _ in self._decode) / len(self._decode):.1f}"
-        self._window, self._intervals, self._decode = [], [], []
+        for name, values in self._gauges.items():
+            v = sorted(values)
+            line += f"; {name} {percentile(v, 0.5):g}/{percentile(v, 0.99):g}/{v[-1]:g}"
+        self._window, self._intervals, self._decode, self._gauges = [], [], [], {}
         self.report(line)
         return line
 
