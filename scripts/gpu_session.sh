@@ -6,7 +6,8 @@
 # GPU 0 (cores 0-15): the issue-7 ablation on one server (scripts/gpu_issue7.sh) with CONFIG; modes, seeds and
 #   budgets from GPU0_MODES, SEEDS, GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in GPU0_PARTS. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
-#   capacity search of GPU1_MODES with GPU1_SEEDS. Two servers at once: same commit, settings and GPU model.
+#   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
+#   rate). Two servers at once: same commit, settings and GPU model.
 # Each job runs in its own process session (setsid), so it outlives the call that started it while the host is warm.
 set -uo pipefail
 root=${SESSION_DIR:-/tmp/session}
@@ -27,9 +28,14 @@ start)
   CUDA_VISIBLE_DEVICES=1 OUT=$root/gpu1 RES=$root/gpu1/micro PARTS=${GPU1_PARTS:-tests,cp,codec,fig3} \
     VOXSERVE_CONFIG=${GPU1_CONFIG:-$config} GPU1_MODES=${GPU1_MODES-lanes} SEEDS=${GPU1_SEEDS:-0} \
     START_RATE=${GPU1_START:-16} BUDGET_S=${GPU1_BUDGET_S:-200} OURS_T=${GPU1_T:-420} \
-    setsid "${pin1[@]}" bash -c '
+    GPU1_PROFILE_RATE=${GPU1_PROFILE_RATE:-} setsid "${pin1[@]}" bash -c '
       bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
-      if [ -n "$GPU1_MODES" ]; then
+      if [ -n "$GPU1_PROFILE_RATE" ]; then  # profile served steps under load instead of a second capacity search
+        while [ ! -e /tmp/qwen3-tts-1.7b-customvoice-random/vocab.json ]; do sleep 5; done  # GPU 0 makes it
+        sleep 20
+        OUT=$OUT/variant RES=$OUT/run PORT=8001 RATE=$GPU1_PROFILE_RATE bash scripts/gpu_profile_step.sh \
+          > "$OUT/variant.txt" 2>&1
+      elif [ -n "$GPU1_MODES" ]; then
         while [ ! -e /tmp/qwen3-tts-1.7b-customvoice-random/vocab.json ]; do sleep 5; done  # GPU 0 makes it
         sleep 20
         OUT=$OUT/variant RES=$OUT/run PORT=8001 MODES=$GPU1_MODES bash scripts/gpu_issue7.sh \
