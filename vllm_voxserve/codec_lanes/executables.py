@@ -93,25 +93,14 @@ class CodecExecutables:
         bucket = smallest_at_least(self.buckets, n)
         # whole rows only: a strided host<->device copy goes through pageable memory and blocks the host
         self.codes_host[:bucket].zero_()
-        staged_on_device = []
-        same_length = len({c.shape[0] for c in codes}) == 1 and len({c.device for c in codes}) == 1
-        if same_length and codes[0].device.type != "cuda":  # the usual batch: one copy, not one per chunk
-            self.codes_host[:n, :codes[0].shape[0]].copy_(torch.stack(list(codes)))
-        elif not same_length:
-            for i, c in enumerate(codes):
-                if c.device.type == "cuda":
-                    staged_on_device.append((i, c))
-                else:
-                    self.codes_host[i, :c.shape[0]].copy_(c)
+        on_device = [(i, c) for i, c in enumerate(codes) if c.device.type == "cuda"]
+        _stage(self.codes_host, [(i, c) for i, c in enumerate(codes) if c.device.type != "cuda"])
         self.slots_host[:n] = torch.as_tensor(list(slots), dtype=torch.int64)
         self.slots_host[n:bucket] = self.padding_slot
         if self.device.type == "cuda":
             self.codes[:bucket].copy_(self.codes_host[:bucket], non_blocking=True)
             self.slots[:bucket].copy_(self.slots_host[:bucket], non_blocking=True)
-        if same_length and codes[0].device.type == "cuda":
-            self.codes[:n, :codes[0].shape[0]].copy_(torch.stack(list(codes)))
-        for i, c in staged_on_device:
-            self.codes[i, :c.shape[0]].copy_(c)
+        _stage(self.codes, on_device)  # after the host rows' copy, which zeroed these rows
         if fresh_slots:
             k = len(fresh_slots)
             self.reset_host[:k] = torch.as_tensor(list(fresh_slots), dtype=torch.int64)
@@ -133,6 +122,19 @@ class CodecExecutables:
         """Queue the first n output rows (whole rows, see plan) to pinned host memory; no-op on CPU."""
         if self.device.type == "cuda":
             self.wav_host[:n].copy_(self.wav[:n], non_blocking=True)
+
+
+def _stage(dest: torch.Tensor, chunks: list[tuple[int, torch.Tensor]]) -> None:
+    """Copy each chunk (row i, codes [f, Q]) into row i of `dest`: with one copy when they fill consecutive rows at
+    one length (the usual batch), else one copy per chunk."""
+    if not chunks:
+        return
+    first, lengths = chunks[0][0], {c.shape[0] for _, c in chunks}
+    if len(lengths) == 1 and [i for i, _ in chunks] == list(range(first, first + len(chunks))):
+        dest[first : first + len(chunks), : lengths.pop()].copy_(torch.stack([c for _, c in chunks]))
+    else:
+        for i, c in chunks:
+            dest[i, : c.shape[0]].copy_(c)
 
 
 def capture_step_graphs(make_step: Callable[[int], Callable[[], Any]], buckets: Sequence[int], stream: Any,

@@ -42,9 +42,7 @@ class _Stream:
     frames: int = 0  # frames received so far
     chunks_cut: int = 0  # index of the next chunk to cut (its size comes from the config's schedule)
     chunks_sent: int = 0  # chunks whose audio has been sent (lanes mode: may trail chunks_cut)
-    frames_sent: int = 0  # the scheduled frames of the chunks sent (a short last chunk counts whole)
     first_audio_at: float | None = None  # when its first audio left (the pipeline's clock)
-    cut_at: int = 0  # pending frames that complete the next chunk
     seq: int = 0  # next message number on the audio channel
     closing: bool = False  # lanes mode: finished, END follows its last audio
 
@@ -115,13 +113,13 @@ class AudioPipeline:
         if self.mode is CodecMode.LANES:
             # Warm-up: reference frames decoded into the state, unheard (Base voice cloning continues them).
             self.lanes.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
-            self.streams[req_id] = _Stream(stream_key, address, None, cut_at=self.config.chunk_frames_at(0))
+            self.streams[req_id] = _Stream(stream_key, address, None)
             return
         if not self._free_slots:
             raise RuntimeError(f"all {self.config.max_codec_slots} codec slots are in use (raise max_codec_slots)")
         slot = self._free_slots.pop()
         self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
-        self.streams[req_id] = _Stream(stream_key, address, slot, cut_at=self.config.chunk_frames_at(0))
+        self.streams[req_id] = _Stream(stream_key, address, slot)
         if warmup_codes is not None and len(warmup_codes):
             self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
@@ -138,10 +136,9 @@ class AudioPipeline:
             stream.frames += 1
             if lanes is not None:
                 lanes.add_frames(req_id, 1)
-            if len(pending) >= stream.cut_at:
+            if len(pending) >= self.config.chunk_frames_at(stream.chunks_cut):
                 ready.append((req_id, stream.chunks_cut, torch.stack(pending)))
                 stream.chunks_cut += 1
-                stream.cut_at = self.config.chunk_frames_at(stream.chunks_cut)
                 stream.pending = []
         if self.mode is CodecMode.INLINE:
             self._decode([(req_id, frames) for req_id, _, frames in ready])
@@ -238,7 +235,6 @@ class AudioPipeline:
         if stream.first_audio_at is None:
             stream.first_audio_at = self.clock()
         stream.seq += 1
-        stream.frames_sent += self.config.chunk_frames_at(stream.chunks_sent)
         stream.chunks_sent += 1
         self.chunks_sent += 1
 

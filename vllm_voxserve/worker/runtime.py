@@ -22,6 +22,7 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import (
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
+from vllm_voxserve.scheduler.timeline import ChunkSchedule
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.step_timing import DeviceStepTimer, StepHostTimes
@@ -138,7 +139,8 @@ class SpeechRuntime:
                 self._fail(req.req_id, req.failed)
 
     def _init_report(self) -> None:
-        # For the scheduler's step report: this step's layout and timings.
+        # For the scheduler's step report: this step's layout and timings, and the chunk sizes (audio sent so far).
+        self._chunk_schedule = ChunkSchedule(self.config.first_chunk_frames, self.config.chunk_frames)
         self._layout: StepLayout | None = None
         self._step_started = 0.0
         self._codec_s = 0.0
@@ -154,11 +156,13 @@ class SpeechRuntime:
         costs are device times of finished steps (CUDA events, `DeviceStepTimer`); on CPU, with `costs`, host timings
         of this step (true there: the step is synchronous)."""
         now = time.monotonic()
+        schedule = self._chunk_schedule
         progress = []
         for req_id, stream in self.pipeline.streams.items():
             in_flight = stream.chunks_cut > stream.chunks_sent  # lanes mode: cut, not yet decoded and sent
             progress.append(RequestProgress(req_id, stream.frames, False, stream.chunks_sent,
-                                            stream.frames_sent * FRAME_S, stream.first_audio_at, in_flight))
+                                            schedule.start_frame(stream.chunks_sent) * FRAME_S, stream.first_audio_at,
+                                            in_flight))
         samples = []
         layout, self._layout = self._layout, None
         if self.device_steps is not None:
