@@ -5,7 +5,9 @@
 Every variant runs as one CUDA graph per batch size (replays timed with CUDA events), random weights in bf16:
 `reference` is `CodePredictor.predict_frame` (what the served step ran before the fused frame), `fused` is
 `FusedCodePredictor.frame` without compilation, `fused+compile` the same torch.compile'd (what the server runs).
-All sample as the server does (temperature 0.9, top-k 50, per-row counter noise).
+All sample as the server does (temperature 0.9, top-k 50, per-row counter noise). `--autotune` adds
+`fused+autotune` (inductor's max-autotune for the two compiled pieces: Triton GEMM templates with fused epilogues
+tried against cuBLAS); `--profile-batch B` prints the kernels of one compiled frame at batch B (torch profiler).
 """
 
 from __future__ import annotations
@@ -55,18 +57,47 @@ def time_graph(fn, iters: int) -> tuple[float, torch.Tensor]:
     return times[len(times) // 2], out.clone()
 
 
+def profile_kernels(fn, replays: int = 5) -> None:
+    """Print the kernels of `replays` replays of fn's CUDA graph, most device time first."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    total = sum(e.device_time_total for e in events)
+    print(f"kernels of {replays} frame replays: {sum(e.count for e in events)} launches, {total / 1e3:.2f} ms device "
+          f"time", flush=True)
+    for e in sorted(events, key=lambda e: -e.device_time_total)[:30]:
+        print(f"{e.device_time_total / 1e3:9.3f} ms {e.count:6d}x {e.device_time_total / max(e.count, 1):8.2f} us  "
+              f"{e.key[:110]}", flush=True)
+
+
 @torch.inference_mode()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="1.7b", choices=("0.6b", "1.7b"))
     parser.add_argument("--batches", default="2,16,64,128")  # the server runs it on >= 2 rows
     parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--autotune", action="store_true")
+    parser.add_argument("--profile-batch", type=int, default=0)
     parser.add_argument("--out")
     args = parser.parse_args()
     cp = build(args.size, "cuda")
     fused = FusedCodePredictor(cp)
     compiled = FusedCodePredictor(cp)
     compiled.compile()
+    variants = {"reference": None, "fused": fused, "fused+compile": compiled}
+    if args.autotune:
+        variants["fused+autotune"] = FusedCodePredictor(cp)
+        variants["fused+autotune"].compile(mode="max-autotune-no-cudagraphs")
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
         g = torch.Generator(device="cuda").manual_seed(batch)
@@ -84,14 +115,18 @@ def main() -> None:
             noise = uniform_noise(seed, frame, 15, cp.config.vocab_size)
             return cp.predict_frame(hidden, c0, temperature, top_k, top_p, uniform=noise)
 
-        started = time.perf_counter()
-        compiled.frame(*fused_args)
-        compile_s = time.perf_counter() - started
-        row = {"batch": batch, "compile_or_load_s": round(compile_s, 2)}
+        row = {"batch": batch}
+        for name, variant in variants.items():
+            if variant is not None and variant._compiled:
+                started = time.perf_counter()
+                variant.frame(*fused_args)
+                row[f"{name}_compile_or_load_s"] = round(time.perf_counter() - started, 2)
         outs = {}
-        for name, fn in (("reference", reference), ("fused", lambda: fused.frame(*fused_args)),
-                         ("fused+compile", lambda: compiled.frame(*fused_args))):
+        for name, variant in variants.items():
+            fn = reference if variant is None else (lambda v=variant: v.frame(*fused_args))
             row[f"{name}_ms"], outs[name] = time_graph(fn, args.iters)
+        if batch == args.profile_batch:
+            profile_kernels(lambda: compiled.frame(*fused_args))
         # bf16 rounding differs between the variants, so report agreement instead of asserting equality
         row["codes_equal_to_reference"] = {k: float((v == outs["reference"]).float().mean()) for k, v in outs.items()}
         rows.append(row)

@@ -15,7 +15,7 @@ if [[ $parts == *,tests,* ]]; then
   echo "tests ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,cp,* ]]; then
-  timeout -k 5 "${CP_T:-100}" python3 -m benchmarks.code_predictor_step --out "$res/code_predictor_step.json" \
+  timeout -k 5 "${CP_T:-100}" python3 -m benchmarks.code_predictor_step ${CP_ARGS:-} --out "$res/code_predictor_step.json" \
     > "$res/code_predictor_step.txt" 2>&1
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi

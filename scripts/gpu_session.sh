@@ -4,7 +4,8 @@
 #   source scripts/gpu_env.sh .gpu && bash scripts/gpu_session.sh collect   # waits (<= 570 s), snapshots into $OUT
 # Call `collect` again within the host's 30 s warm window until it prints "all done".
 # GPU 0 (cores 0-15): the issue-7 ablation on one server (scripts/gpu_issue7.sh) with CONFIG; modes, seeds and
-#   budgets from GPU0_MODES, SEEDS, GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in GPU0_PARTS. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS
+#   budgets from GPU0_MODES (empty: no server), SEEDS, GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in
+#   GPU0_PARTS. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
 #   rate). Two servers at once: same commit, settings and GPU model.
@@ -21,18 +22,20 @@ start)
   CUDA_VISIBLE_DEVICES=0 OUT=$root/gpu0 RES=$root/gpu0/run OURS_T=${GPU0_T:-1300} SEEDS=${SEEDS:-0,1,2} \
     MODES=${GPU0_MODES:-vllm-stock,inline,lanes} BUDGET_S=${GPU0_BUDGET_S:-420} VOXSERVE_CONFIG=$config \
     GPU0_PARTS=${GPU0_PARTS:-} setsid "${pin0[@]}" bash -c '
-      bash scripts/gpu_issue7.sh > "$OUT/job.txt" 2>&1
+      [ -z "$MODES" ] || bash scripts/gpu_issue7.sh > "$OUT/job.txt" 2>&1
       [ -z "$GPU0_PARTS" ] || OUT=$OUT RES=$OUT/micro PARTS=$GPU0_PARTS bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
       touch "$OUT/done"' > /dev/null 2>&1 &
   # GPU 1: microbenchmarks, then (GPU1_MODES not empty) a second server with GPU1_CONFIG (default: the same config)
   CUDA_VISIBLE_DEVICES=1 OUT=$root/gpu1 RES=$root/gpu1/micro PARTS=${GPU1_PARTS:-tests,cp,codec,fig3} \
     VOXSERVE_CONFIG=${GPU1_CONFIG:-$config} GPU1_MODES=${GPU1_MODES-lanes} SEEDS=${GPU1_SEEDS:-0} \
     START_RATE=${GPU1_START:-16} BUDGET_S=${GPU1_BUDGET_S:-200} OURS_T=${GPU1_T:-420} \
-    GPU1_PROFILE_RATE=${GPU1_PROFILE_RATE:-} setsid "${pin1[@]}" bash -c '
-      bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
+    GPU1_PROFILE_RATE=${GPU1_PROFILE_RATE:-} GPU0_MAKES_CKPT=${GPU0_MODES-x} setsid "${pin1[@]}" bash -c '
+      [ "$PARTS" = none ] || bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
       if [ -n "$GPU1_PROFILE_RATE" ]; then  # profile served steps under load instead of a second capacity search
-        while [ ! -e /tmp/qwen3-tts-1.7b-customvoice-random/vocab.json ]; do sleep 5; done  # GPU 0 makes it
-        sleep 20
+        if [ -n "$GPU0_MAKES_CKPT" ]; then  # GPU 0 makes the checkpoint; else the profile script does
+          while [ ! -e /tmp/qwen3-tts-1.7b-customvoice-random/vocab.json ]; do sleep 5; done
+          sleep 20
+        fi
         OUT=$OUT/variant RES=$OUT/run PORT=8001 RATE=$GPU1_PROFILE_RATE bash scripts/gpu_profile_step.sh \
           > "$OUT/variant.txt" 2>&1
       elif [ -n "$GPU1_MODES" ]; then
@@ -54,5 +57,13 @@ collect)
   tail -n 4 "$root"/gpu0/run/run.txt "$root"/gpu*/micro/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv
   tar czf "$OUT/snapshot.tgz" --exclude='*.safetensors' -C "$root" .
+  # once a server is up, its compile caches (inductor, Triton, vLLM) come back for the next session's start-up
+  # (scripts/gpu_env.sh restores DIR/compile_cache.tgz): the compiled codec otherwise takes minutes to start
+  if [ ! -e "$root/compile_cache.tgz" ] && [ -n "$(find "$root" -name startup.txt)" ]; then
+    caches=(); for d in /tmp/torchinductor_$(whoami) ~/.triton/cache ~/.cache/vllm/torch_compile_cache; do
+      [ -d "$d" ] && caches+=("$d"); done
+    tar czf "$root/compile_cache.tgz" -P "${caches[@]}" 2>/dev/null && cp "$root/compile_cache.tgz" "$OUT/"
+    ls -la "$root/compile_cache.tgz"
+  fi
   ;;
 esac

@@ -15,7 +15,9 @@ def test_reports_each_part_and_the_total_once_per_window():
     timer = StepHostTimes(every=4, report=lines.append, clock=lambda: next(ticks))
     timer.add_device_step("decode", 8, 0.004)
     timer.add_device_step("decode", 16, 0.006)
-    timer.add_device_step("prefill", 100, 0.050)  # only decode steps are summarized
+    timer.add_device_step("prefill", 100, 0.050)  # steps with a prompt are summarized apart
+    timer.add_batch("urgent lane", 2, 0.003)
+    timer.add_batch("urgent lane", 4, 0.005)
     for ms in (1, 2, 3, 4):
         timer.add_gauge("open audio streams", 10 * ms)
         timer.add("prepare", ms / 1000)
@@ -29,6 +31,9 @@ def test_reports_each_part_and_the_total_once_per_window():
     assert "total" in lines[0]
     assert "step interval 20.000/30.000/30.000" in lines[0] or "step interval 10.000/30.000/30.000" in lines[0]
     assert "decode device time" in lines[0] and "at mean batch 12.0" in lines[0]
+    assert "prefill step device time 50.000/50.000/50.000 at mean 100 prompt tokens (33% of steps)" in lines[0]
+    # 8 ms of lane work over the window's 60 ms of step intervals (10 + 20 + 30)
+    assert "urgent lane 2 batches of mean 3.0, device time" in lines[0] and "busy 13%" in lines[0]
     assert "open audio streams 20/40/40" in lines[0] or "open audio streams 30/40/40" in lines[0]
     timer.add("prepare", 0.001)
     assert timer.end_step() is None  # a new window started

@@ -73,6 +73,7 @@ class LaneDispatch:
         self.frame_counts = tuple(sorted(lanes.frame_counts))
         self.requests: dict[str, _Request] = {}
         self.queued_chunks = 0  # cut chunks waiting for a lane, over all requests (the step log's backlog)
+        self.harvested: list[tuple[str, int, float]] = []  # (lane, chunks, device s) for the step log; it empties it
 
     # request lifecycle -------------------------------------------------------------------------------------------
 
@@ -147,6 +148,7 @@ class LaneDispatch:
         delivered = self.manager.poll(block=block)
         costs = self.manager.take_batch_costs()
         if costs:
+            self.harvested.extend((c.lane.value, c.size, c.seconds) for c in costs)
             self.planner.observe(StepReport(self.clock(), costs=[
                 CostSample(_COST_KIND[c.lane], c.size, c.seconds) for c in costs]))
         return bool(delivered or costs)

@@ -111,8 +111,12 @@ class SpeechRuntime:
         self.host_times.add("after_forward", time.perf_counter() - started)
         # levels that bound admission and show a codec backlog (p50/p99/max in the periodic line)
         self.host_times.add_gauge("open audio streams", len(self.pipeline.streams))
-        if self.pipeline.lanes is not None:
-            self.host_times.add_gauge("chunks waiting for a lane", self.pipeline.lanes.queued_chunks)
+        lanes = self.pipeline.lanes
+        if lanes is not None:
+            self.host_times.add_gauge("chunks waiting for a lane", lanes.queued_chunks)
+            for lane, size, seconds in lanes.harvested:
+                self.host_times.add_batch(f"{lane} lane", size, seconds)
+            lanes.harvested.clear()
         self.host_times.end_step()
 
     def _after_forward(self) -> None:

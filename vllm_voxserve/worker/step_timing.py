@@ -39,7 +39,13 @@ class StepHostTimes:
         self._intervals: list[float] = []
         self._last_end: float | None = None
         self._decode: list[tuple[int, float]] = []
+        self._prefill: list[tuple[int, float]] = []  # steps with prompt tokens (mixed with the decode rows)
         self._gauges: dict[str, list[float]] = {}
+        self._batches: dict[str, list[tuple[int, float]]] = {}
+
+    def add_batch(self, name: str, size: int, seconds: float) -> None:
+        """A finished batch of a side workload (a codec lane): count, mean size, device time and busy share."""
+        self._batches.setdefault(name, []).append((size, seconds))
 
     def add_gauge(self, name: str, value: float) -> None:
         """A level sampled once a step (open audio streams, chunks waiting for a codec lane): p50/p99/max."""
@@ -48,6 +54,8 @@ class StepHostTimes:
     def add_device_step(self, kind: str, size: int, seconds: float) -> None:
         if kind == "decode":
             self._decode.append((size, seconds))
+        elif kind == "prefill":
+            self._prefill.append((size, seconds))
 
     def add(self, part: str, seconds: float) -> None:
         self._current[part] = self._current.get(part, 0.0) + seconds
@@ -73,10 +81,22 @@ class StepHostTimes:
         if self._decode:
             line += _spread("; decode device time", [sec for _, sec in self._decode])
             line += f" at mean batch {sum(n for n, _ in self._decode) / len(self._decode):.1f}"
+        if self._prefill:  # are the slow steps the ones that carry a prompt?
+            line += _spread("; prefill step device time", [sec for _, sec in self._prefill])
+            share = len(self._prefill) / (len(self._prefill) + len(self._decode))
+            line += (f" at mean {sum(n for n, _ in self._prefill) / len(self._prefill):.0f} prompt tokens"
+                     f" ({share:.0%} of steps)")
+        wall = sum(self._intervals)
+        for name, batches in self._batches.items():
+            busy = sum(sec for _, sec in batches)
+            line += (f"; {name} {len(batches)} batches of mean {sum(n for n, _ in batches) / len(batches):.1f}"
+                     + _spread(", device time", [sec for _, sec in batches])
+                     + (f", busy {busy / wall:.0%}" if wall > 0 else ""))
         for name, values in self._gauges.items():
             v = sorted(values)
             line += f"; {name} {percentile(v, 0.5):g}/{percentile(v, 0.99):g}/{v[-1]:g}"
-        self._window, self._intervals, self._decode, self._gauges = [], [], [], {}
+        self._window, self._intervals, self._decode, self._prefill, self._gauges, self._batches = (
+            [], [], [], [], {}, {})
         self.report(line)
         return line
 

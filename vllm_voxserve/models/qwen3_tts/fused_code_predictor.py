@@ -87,11 +87,12 @@ class FusedCodePredictor(nn.Module):
         out = F.linear(table.float(), proj.weight.float(), proj.bias.float())
         return out.to(table.dtype)
 
-    def compile(self) -> None:
+    def compile(self, mode: str | None = None) -> None:
         """Compile the two pieces a frame repeats (one layer pass, one head + pick) with a dynamic batch size: a
-        few small graphs compile in seconds, where the whole unrolled frame (75 layer passes) takes minutes."""
-        self._layer_pass = torch.compile(layer_pass, fullgraph=True)
-        self._head_pick = torch.compile(self._head_pick_eager, fullgraph=True)
+        few small graphs compile in seconds, where the whole unrolled frame (75 layer passes) takes minutes.
+        mode: torch.compile's (e.g. "max-autotune-no-cudagraphs"; the frame is captured in our own graphs)."""
+        self._layer_pass = torch.compile(layer_pass, fullgraph=True, mode=mode)
+        self._head_pick = torch.compile(self._head_pick_eager, fullgraph=True, mode=mode)
         self._compiled = True
 
     def frame(self, hidden: torch.Tensor, c0: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
