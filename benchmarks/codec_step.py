@@ -5,7 +5,9 @@
 The real 12 Hz decoder shape (random weights, bf16 state and weights), exact incremental decode from a state pool,
 one CUDA graph per (variant, batch, frames), replays timed with CUDA events: on the whole GPU, and with
 `--codec-sms N` also on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the
-wall time of the first compiled call of that shape (0 when it reused a graph).
+wall time of the first compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
+`--cudnn-benchmark` lets cuDNN time its algorithms per shape (torch.backends.cudnn.benchmark) for the whole process:
+cuDNN caches a shape's plan once chosen, so compare the two settings in separate processes.
 """
 
 from __future__ import annotations
@@ -31,13 +33,16 @@ def main() -> None:
     ap.add_argument("--frames", default="5,10")
     ap.add_argument("--codec-sms", type=int)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--variants", default="graph,graph+compile")
+    ap.add_argument("--cudnn-benchmark", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     decoder = decoder.to("cuda", torch.bfloat16)
-    programs = {"graph": Qwen3CodecProgram(decoder, torch.bfloat16),
-                "graph+compile": Qwen3CodecProgram(decoder, torch.bfloat16, compile=True)}
+    programs = {name: Qwen3CodecProgram(decoder, torch.bfloat16, compile=name == "graph+compile")
+                for name in args.variants.split(",")}
     whole = torch.cuda.Stream()
     places = [("whole GPU", whole, whole)]
     if args.codec_sms:
@@ -64,7 +69,8 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "cudnn_benchmark": args.cudnn_benchmark, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ start)
   export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-16}  # each job has 16 cores of its own
   config=${CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
   CUDA_VISIBLE_DEVICES=0 OUT=$root/gpu0 RES=$root/gpu0/run OURS_T=${GPU0_T:-1300} SEEDS=${SEEDS:-0,1,2} \
-    MODES=${GPU0_MODES:-vllm-stock,inline,lanes} BUDGET_S=${GPU0_BUDGET_S:-420} VOXSERVE_CONFIG=$config \
+    MODES=${GPU0_MODES-vllm-stock,inline,lanes} BUDGET_S=${GPU0_BUDGET_S:-420} VOXSERVE_CONFIG=$config \
     GPU0_PARTS=${GPU0_PARTS:-} setsid "${pin0[@]}" bash -c '
       [ -z "$MODES" ] || bash scripts/gpu_issue7.sh > "$OUT/job.txt" 2>&1
       [ -z "$GPU0_PARTS" ] || OUT=$OUT RES=$OUT/micro PARTS=$GPU0_PARTS bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1

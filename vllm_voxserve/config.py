@@ -128,6 +128,10 @@ class VoxServeConfig:
     # and batch range, at start-up. H200, 10-frame chunks, bf16 graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 ->
     # 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs (benchmarks/codec_step.py, results/h200/)
     codec_compile: bool = True
+    # Let cuDNN time its algorithms for each codec convolution shape at warm-up (torch.backends.cudnn.benchmark, GPU
+    # only). Its default heuristics ran one convolution shape with a non-tensor-core kernel, 4.3 ms a background batch
+    # (served trace, H200, benchmarks/results/h200/)
+    codec_cudnn_benchmark: bool = True
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -140,7 +144,7 @@ class VoxServeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
-        for name in ("code_predictor_compile", "code_predictor_graphs", "codec_compile"):
+        for name in ("code_predictor_compile", "code_predictor_graphs", "codec_compile", "codec_cudnn_benchmark"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ttfa_slo_ms <= 0:

@@ -45,8 +45,8 @@ def backbone_step_factory(size: str = "1.7b", context: int = 256, device: str = 
     def make_step(batch: int) -> Callable[[], torch.Tensor]:
         gen = torch.Generator(device).manual_seed(batch)
         x = torch.randn(batch, 1, config.hidden_size, device=device, dtype=dtype, generator=gen)
-        caches = [(torch.randn(batch, context, *kv_shape, device=device, dtype=dtype, generator=gen),
-                   torch.randn(batch, context, *kv_shape, device=device, dtype=dtype, generator=gen))
+        caches = [(torch.randn(batch, kv_shape[0], context, kv_shape[1], device=device, dtype=dtype, generator=gen),
+                   torch.randn(batch, kv_shape[0], context, kv_shape[1], device=device, dtype=dtype, generator=gen))
                   for _ in weights]
         rows = dict(temperature=torch.full((batch,), 0.9, device=device), top_k=torch.full((batch,), 50,
                     device=device), top_p=torch.ones(batch, device=device),

@@ -105,7 +105,7 @@ class FusedCodePredictor(nn.Module):
         x = torch.stack([head, self.table0[c0]], dim=1)  # [B,2,H]: positions 0 and 1
         # fixed-size K/V per layer (all 16 positions, masked beyond the current one): every one-token pass has the
         # same shapes, so one compiled graph serves them all
-        shape = (b, groups, self.num_kv_heads, self.head_dim)
+        shape = (b, self.num_kv_heads, groups, self.head_dim)  # heads before positions: attention reads them as is
         caches = [(x.new_zeros(shape), x.new_zeros(shape)) for _ in range(self.num_layers)]
         row_params = (temperature, top_k, top_p, seed, frame_index)
         for t in (*row_params, *(c for kv in caches for c in kv)):
@@ -168,21 +168,22 @@ def fused_layer_weights(layer: DecoderLayer) -> tuple[torch.Tensor, ...]:
 
 def layer_pass(x, k_cache, v_cache, cos, sin, positions, visible, norm_in, qkv_w, q_norm, k_norm, o_w, norm_post,
                 gate_up_w, down_w, num_heads: int, eps: float) -> torch.Tensor:
-    """One decoder layer over x [B,t,H] at `positions` [t]: writes their K/V into the caches [B,16,kv_heads,d] (in
-    place) and attends over all 16 cached positions with `visible` [t,16] (the causal rows of these positions)."""
+    """One decoder layer over x [B,t,H] at `positions` [t]: writes their K/V into the caches [B,kv_heads,16,d] (in
+    place) and attends over all 16 cached positions with `visible` [t,16] (the causal rows of these positions).
+    The caches' layout lets both attention matmuls read them without a transposed copy."""
     b, t, _ = x.shape
-    nkv, d = k_cache.shape[2], k_cache.shape[3]
+    nkv, d = k_cache.shape[1], k_cache.shape[3]
     rep = num_heads // nkv
     q, k, v = F.linear(_rms(x, norm_in, eps), qkv_w).split([num_heads * d, nkv * d, nkv * d], dim=-1)
     q = _rotate(_rms(q.reshape(b, t, num_heads, d), q_norm, eps), cos, sin)
     k = _rotate(_rms(k.reshape(b, t, nkv, d), k_norm, eps), cos, sin)
-    k_cache.index_copy_(1, positions, k)
-    v_cache.index_copy_(1, positions, v.reshape(b, t, nkv, d))
+    k_cache.index_copy_(2, positions, k.transpose(1, 2))
+    v_cache.index_copy_(2, positions, v.reshape(b, t, nkv, d).transpose(1, 2))
     # query head h reads kv head h // rep (the official repeat_interleave): group queries by kv head
     qg = q.reshape(b, t, nkv, rep, d).permute(0, 2, 1, 3, 4).reshape(b, nkv, t * rep, d)
-    scores = torch.matmul(qg, k_cache.permute(0, 2, 3, 1)).float() * d ** -0.5  # [B, nkv, t*rep, 16]
+    scores = torch.matmul(qg, k_cache.transpose(-1, -2)).float() * d ** -0.5  # [B, nkv, t*rep, 16]
     scores = scores.masked_fill(~visible.repeat_interleave(rep, dim=0), float("-inf"))
-    out = torch.matmul(scores.softmax(dim=-1).to(x.dtype), v_cache.permute(0, 2, 1, 3))  # [B, nkv, t*rep, d]
+    out = torch.matmul(scores.softmax(dim=-1).to(x.dtype), v_cache)  # [B, nkv, t*rep, d]
     out = out.reshape(b, nkv, t, rep, d).permute(0, 2, 1, 3, 4).reshape(b, t, num_heads * d)
     x = x + F.linear(out, o_w)
     gate, up = F.linear(_rms(x, norm_post, eps), gate_up_w).chunk(2, -1)
