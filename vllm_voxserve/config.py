@@ -128,9 +128,9 @@ class VoxServeConfig:
     # and batch range, at start-up. H200, 10-frame chunks, bf16 graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 ->
     # 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs (benchmarks/codec_step.py, results/h200/)
     codec_compile: bool = True
-    # Let cuDNN time its algorithms for each codec convolution shape at warm-up (torch.backends.cudnn.benchmark, GPU
-    # only). Its default heuristics ran one convolution shape with a non-tensor-core kernel, 4.3 ms a background batch
-    # (served trace, H200, benchmarks/results/h200/)
+    # Let cuDNN time its algorithms for each shape of the codec lanes' graphs before capture (GPU only; the search runs
+    # on the whole GPU, see codec_lanes/executables.py). Its heuristics ran one shape with a non-tensor-core kernel,
+    # 4.3 ms a background batch (served trace, H200, benchmarks/results/h200/)
     codec_cudnn_benchmark: bool = True
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.

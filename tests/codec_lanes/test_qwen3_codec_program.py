@@ -53,9 +53,11 @@ def test_qwen3_codec_on_the_lanes_matches_its_full_decode():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cudnn_search", [True, False])  # searching first: cuDNN keeps a shape's first plan
 @torch.no_grad()
-def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():
-    """The full-size 12 Hz decoder (random weights, fp32) captured per bucket on both lanes."""
+def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks(cudnn_search):
+    """The full-size 12 Hz decoder (random weights, fp32) captured per bucket on both lanes; with cudnn_search,
+    cuDNN's timed algorithm choice (on the whole GPU) feeds the codec partition's capture."""
     import json
     import os
     import statistics
@@ -72,8 +74,8 @@ def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():
     program = Qwen3CodecProgram(decoder)
     got = []
     t = time.perf_counter()
-    mgr = LaneManager(program, parts, LaneConfig(max_requests=24, frame_counts=(10,), background_max_batch=16),
-                      got.append)
+    mgr = LaneManager(program, parts, LaneConfig(max_requests=24, frame_counts=(10,), background_max_batch=16,
+                                                 cudnn_search=cudnn_search), got.append)
     capture_s = time.perf_counter() - t
     gen = torch.Generator().manual_seed(2)
     codes = {r: torch.randint(0, 2048, (30, 16), generator=gen) for r in "abc"}
@@ -109,7 +111,7 @@ def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():
     for kind, n in ((LaneKind.URGENT, 1), (LaneKind.URGENT, 8), (LaneKind.BACKGROUND, 1), (LaneKind.BACKGROUND, 16)):
         chunk_ms(kind, n)
         timings[f"{kind.value}_batch{n}_ms"] = statistics.median(chunk_ms(kind, n) for _ in range(3))
-    line = json.dumps({"test": "qwen3_codec_lanes", "max_abs_diff_vs_full_decode": worst,
+    line = json.dumps({"test": "qwen3_codec_lanes", "cudnn_search": cudnn_search, "max_abs_diff_vs_full_decode": worst,
                        "capture_s": capture_s, "fp32": True, **timings})
     print(line)
     if os.environ.get("VOXSERVE_GPU_REPORT"):

@@ -39,8 +39,6 @@ class SpeechRuntime:
         self.model, self.config, self.device = model, config, device
         dtype = _DTYPES[config.codec_dtype if config.codec_dtype != "auto" else
                         "bfloat16" if device.type == "cuda" else "float32"]
-        if device.type == "cuda":  # before the codec's warm-up: each convolution shape is timed once, there
-            torch.backends.cudnn.benchmark = config.codec_cudnn_benchmark
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
         program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda")
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
