@@ -56,6 +56,7 @@ def main() -> None:
             codes = torch.randint(0, 2048, (batch, frames, 16), device="cuda", generator=g)
             row = {"batch": batch, "frames": frames}
             for name, program in programs.items():
+                torch.backends.cudnn.benchmark = args.cudnn_benchmark  # the first call of a shape fixes its plan
                 pool = program.make_state_pool(batch + 1, torch.device("cuda"))
                 slots = torch.arange(batch, device="cuda")
                 started = time.perf_counter()

@@ -24,4 +24,5 @@ def test_device_time_per_kernel_busy_share_and_idle_gaps(tmp_path):
     assert s["kernels"][0] == ("gemm", 2, 20.0)
     assert s["span_us"] == 305.0 and s["busy_us"] == 15.0 + 2.0 + 5.0 + 5.0
     assert s["gaps_us"] == [265.0, 8.0, 5.0] and s["gaps_over_100us"] == 265.0
-    assert s["streams"] == [("7", 4, 22.0), ("9", 1, 10.0)]
+    assert [st[:3] for st in s["streams"]] == [("7", 4, 22.0), ("9", 1, 10.0)]
+    assert summarize(load_events(path), stream_top=1)["streams"][0][3] == [("gemm", 1, 10.0)]

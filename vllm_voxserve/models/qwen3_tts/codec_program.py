@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
-from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
+from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, StateLayout, decode_and_pack, decode_chunk
 
 
 class Qwen3CodecProgram:
@@ -14,9 +14,11 @@ class Qwen3CodecProgram:
     def __init__(self, decoder: CodecDecoder, state_dtype: torch.dtype = torch.float32,
                  output_sample_rate: int = 24000, compile: bool = False) -> None:
         self.decoder = decoder
-        # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels); one graph per
-        # chunk length serves every batch size >= 2 (batch 1 gets its own), compiled on first use
-        self._compiled = torch.compile(decoder.stream) if compile else None
+        # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
+        # its new state; one graph per chunk length serves every batch size >= 2 (batch 1 gets its own), compiled on
+        # first use
+        self.layout = StateLayout.of(decoder.config, state_dtype)
+        self._compiled = torch.compile(self._decode_and_pack) if compile else None
         self.state_dtype = state_dtype
         self.samples_per_frame = decoder.config.samples_per_frame
         self.codes_per_frame = decoder.config.num_quantizers
@@ -26,9 +28,12 @@ class Qwen3CodecProgram:
         return CodecStatePool(self.decoder.config, num_slots, self.state_dtype, device)
 
     def decode(self, codes: torch.Tensor, slots: torch.Tensor, pool: CodecStatePool) -> torch.Tensor:
-        return decode_chunk(self.decoder, codes, slots, pool, self._stream if self._compiled else None).float()
+        return decode_chunk(self.decoder, codes, slots, pool, self._step if self._compiled else None).float()
 
-    def _stream(self, codes: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
-        for t in (codes, *state.values()):
+    def _decode_and_pack(self, codes: torch.Tensor, position: torch.Tensor, block: torch.Tensor):
+        return decode_and_pack(self.decoder, self.layout, codes, position, block)
+
+    def _step(self, codes: torch.Tensor, position: torch.Tensor, block: torch.Tensor):
+        for t in (codes, position, block):
             torch._dynamo.maybe_mark_dynamic(t, 0)
-        return self._compiled(codes, state)
+        return self._compiled(codes, position, block)
