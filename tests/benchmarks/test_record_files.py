@@ -1,5 +1,6 @@
 import gzip
 import json
+import lzma
 
 from benchmarks.record import main, read_record
 
@@ -15,10 +16,15 @@ def test_a_slimmed_record_keeps_summaries_and_each_requests_outcome_and_first_au
     (tmp_path / "in" / "record.json").write_text(json.dumps(_record()))
     assert main(["--slim", str(tmp_path / "in"), str(tmp_path / "out")]) == 0
     assert not (tmp_path / "out" / "record.json").exists()
-    slim = read_record(tmp_path / "out")  # reads record.json.gz
-    assert slim == json.loads(gzip.decompress((tmp_path / "out" / "record.json.gz").read_bytes()))
+    slim = read_record(tmp_path / "out")  # reads record.json.xz
+    assert slim == json.loads(lzma.decompress((tmp_path / "out" / "record.json.xz").read_bytes()))
     lanes = slim["modes"]["lanes"]
     assert lanes["summaries"] == [{"rate": 8.0}]
     (request,) = lanes["runs"][0]["requests"]
     assert request["first_audio_s"] == 0.12 and request["num_chunks"] == 3 and request["outcome"] == "completed"
     assert "text" not in request and "chunk_times_s" not in request
+
+
+def test_records_committed_as_gzip_still_read(tmp_path):
+    (tmp_path / "record.json.gz").write_bytes(gzip.compress(json.dumps(_record()).encode()))
+    assert read_record(tmp_path) == _record()
