@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from vllm_voxserve.models.qwen3_tts.job import CodePredictorSampling, SpeechJob
@@ -76,3 +77,37 @@ def test_job_survives_the_extra_args_round_trip():
                     ref_audio=b"\x00" * 8, fixed_length=True, seed=3,
                     code_predictor=CodePredictorSampling(0.5, 10, 0.9), ttfa_slo_ms=150.0)
     assert SpeechJob.from_extra_args(job.to_extra_args()) == job
+
+
+BUFFERS = ("text_ids", "is_decode", "read_slot", "write_slot", "prefill_embeds", "cp_temperature", "cp_top_k",
+           "cp_top_p", "seed", "frame_index", "suppress_eos", "decode_row_index")
+
+
+@pytest.mark.gpu
+def test_gpu_fill_through_alternating_pinned_staging_equals_the_cpu_fill():
+    """On GPU the host copy of each step is page-locked and two alternate (the copies are only queued): filling
+    step after step without waiting for the device must give each step's values, as the synchronous CPU fill does."""
+    layouts = [StepLayout(("a", "b", "dummy"), (1, 2, 1), (6, 1, 0)), StepLayout(("b", "c", "a"), (2, 1, 1), (1, 2, 7)),
+               StepLayout(("c", "a"), (1, 1), (3, 8)), StepLayout(("a",), (1,), (9,))]
+
+    def requests(device):
+        made = {"a": request("a", 2, 5, trailing=(11, 12), seed=9), "b": request("b", 0, 3, fixed=True),
+                "c": request("c", 3, 2)}
+        for r in made.values():
+            r.prefill_embeds = r.prefill_embeds.to(device)
+        return made
+
+    cpu = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu")
+    gpu = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cuda")
+    cpu_requests, gpu_requests = requests("cpu"), requests("cuda")
+    snapshots = []
+    torch.cuda._sleep(50_000_000)  # keep the stream busy so that the fills' copies are still queued behind it
+    for layout in layouts:
+        cpu.fill(layout, cpu_requests)
+        gpu.fill(layout, gpu_requests)
+        expected = {name: getattr(cpu, name).clone() for name in BUFFERS}
+        snapshots.append((expected, {name: getattr(gpu, name).clone() for name in BUFFERS}))  # in stream order
+    torch.cuda.synchronize()
+    for expected, got in snapshots:
+        for name in BUFFERS:
+            assert torch.equal(got[name].cpu(), expected[name]), name
