@@ -6,6 +6,8 @@ The real 12 Hz decoder shape (random weights, bf16 state and weights), exact inc
 one CUDA graph per (variant, batch, frames), replays timed with CUDA events: on the whole GPU, and with
 `--codec-sms N` also on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the
 wall time of the first compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
+`graph+compile+static-frames` compiles one graph per chunk length, as the server did before its chunk length was
+made dynamic;
 `--cudnn-benchmark` lets cuDNN time its algorithms per shape (torch.backends.cudnn.benchmark) on the whole GPU; the
 partition runs after it with the search off (it fails on a green-context stream) and reuse the plans cuDNN kept, as
 the served lanes do. cuDNN keeps a shape's plan once chosen, so compare the two settings in separate processes.
@@ -42,7 +44,8 @@ def main() -> None:
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     decoder = decoder.to("cuda", torch.bfloat16)
-    programs = {name: Qwen3CodecProgram(decoder, torch.bfloat16, compile=name == "graph+compile")
+    programs = {name: Qwen3CodecProgram(decoder, torch.bfloat16, compile=name.startswith("graph+compile"),
+                                        dynamic_frames=name != "graph+compile+static-frames")
                 for name in args.variants.split(",")}
     whole = torch.cuda.Stream()
     places = [("whole GPU", whole, whole)]
@@ -62,8 +65,8 @@ def main() -> None:
                 started = time.perf_counter()
                 program.decode(codes, slots, pool)
                 torch.cuda.synchronize()
-                if name.endswith("compile"):
-                    row["compile_s"] = round(time.perf_counter() - started, 1)
+                if "compile" in name:
+                    row[f"{name} compile_s"] = round(time.perf_counter() - started, 1)
                 for where, capture, launch in places:
                     step = lambda p=program, q=pool: p.decode(codes, slots, q)  # noqa: E731
                     torch.backends.cudnn.benchmark = args.cudnn_benchmark and where == "whole GPU"

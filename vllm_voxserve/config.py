@@ -124,8 +124,8 @@ class VoxServeConfig:
     # in the steps vLLM does not capture whole (both ignored on CPU).
     code_predictor_compile: bool = True
     code_predictor_graphs: bool = True
-    # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): one compile per chunk length
-    # and batch range, at start-up. H200, 10-frame chunks, bf16 graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 ->
+    # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): two compiles at start-up (batch
+    # 1, and batches >= 2 with any chunk length; codec_program.py). H200, per-length compiles, 10-frame chunks, bf16 graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 ->
     # 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs (benchmarks/codec_step.py, results/h200/)
     codec_compile: bool = True
     # Let cuDNN time its algorithms for each shape of the codec lanes' graphs before capture (GPU only; the search runs

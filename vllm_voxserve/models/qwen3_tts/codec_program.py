@@ -12,13 +12,15 @@ class Qwen3CodecProgram:
     """Adapts `decode_chunk` (codes [B, F, 16] -> wav [B, F*1920]) to the lanes' protocol."""
 
     def __init__(self, decoder: CodecDecoder, state_dtype: torch.dtype = torch.float32,
-                 output_sample_rate: int = 24000, compile: bool = False) -> None:
+                 output_sample_rate: int = 24000, compile: bool = False, dynamic_frames: bool = True) -> None:
         self.decoder = decoder
         # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
-        # its new state; one graph per chunk length serves every batch size >= 2 (batch 1 gets its own), compiled on
-        # first use
+        # its new state. Compiled on first use with the batch size and (dynamic_frames) the chunk length dynamic: one
+        # graph serves every batch >= 2 and every length >= 2, another batch 1 (torch.compile specialises size 1).
+        # Each compile of the codec took about a minute of the server's start-up.
         self.layout = StateLayout.of(decoder.config, state_dtype)
         self._compiled = torch.compile(self._decode_and_pack) if compile else None
+        self._dynamic_dims = ((0, 2) if dynamic_frames else (0,), (0,), (0,))  # codes [B, Q, F], position, block
         self.state_dtype = state_dtype
         self.samples_per_frame = decoder.config.samples_per_frame
         self.codes_per_frame = decoder.config.num_quantizers
@@ -34,6 +36,7 @@ class Qwen3CodecProgram:
         return decode_and_pack(self.decoder, self.layout, codes, position, block)
 
     def _step(self, codes: torch.Tensor, position: torch.Tensor, block: torch.Tensor):
-        for t in (codes, position, block):
-            torch._dynamo.maybe_mark_dynamic(t, 0)
+        for t, dims in zip((codes, position, block), self._dynamic_dims, strict=True):
+            for dim in dims:
+                torch._dynamo.maybe_mark_dynamic(t, dim)
         return self._compiled(codes, position, block)
