@@ -10,7 +10,3 @@ fi
 export PYTHONPATH=$PYTHONPATH:/opt/vox-wheels
 export TOKENIZER_DIR=${TOKENIZER_DIR:-$gpu_dir/tokenizer}
 eval "$(bash scripts/register_without_pip.sh /opt/voxserve-ep)"
-# compile caches a previous session brought back (scripts/gpu_session.sh collect): a faster start-up, same code
-if [ -f "$gpu_dir/compile_cache.tgz" ] && [ ! -e /tmp/.voxserve-compile-cache ]; then
-  tar -xzPf "$gpu_dir/compile_cache.tgz" && touch /tmp/.voxserve-compile-cache
-fi

@@ -57,13 +57,5 @@ collect)
   tail -n 4 "$root"/gpu0/run/run.txt "$root"/gpu*/micro/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv
   tar czf "$OUT/snapshot.tgz" --exclude='*.safetensors' -C "$root" .
-  # once a server is up, its compile caches (inductor, Triton, vLLM) come back for the next session's start-up
-  # (scripts/gpu_env.sh restores DIR/compile_cache.tgz): the compiled codec otherwise takes minutes to start
-  if [ ! -e "$root/compile_cache.tgz" ] && [ -n "$(find "$root" -name startup.txt)" ]; then
-    caches=(); for d in /tmp/torchinductor_$(whoami) ~/.triton/cache ~/.cache/vllm/torch_compile_cache; do
-      [ -d "$d" ] && caches+=("$d"); done
-    tar czf "$root/compile_cache.tgz" -P "${caches[@]}" 2>/dev/null && cp "$root/compile_cache.tgz" "$OUT/"
-    ls -la "$root/compile_cache.tgz"
-  fi
   ;;
 esac
