@@ -73,7 +73,9 @@ class LaneDispatch:
         self.frame_counts = tuple(sorted(lanes.frame_counts))
         self.requests: dict[str, _Request] = {}
         self.queued_chunks = 0  # cut chunks waiting for a lane, over all requests (the step log's backlog)
-        self.harvested: list[tuple[str, int, float]] = []  # (lane, chunks, device s) for the step log; it empties it
+        # (lane, chunks, device s) of harvested batches for the step log, which empties it (bounded: a caller that
+        # never reads it keeps only the newest)
+        self.harvested: deque[tuple[str, int, float]] = deque(maxlen=4096)
 
     # request lifecycle -------------------------------------------------------------------------------------------
 
