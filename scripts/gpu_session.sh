@@ -8,7 +8,8 @@
 #   GPU0_PARTS. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
-#   rate). Two servers at once: same commit, settings and GPU model.
+#   rate), then the microbenchmarks named in GPU1_PARTS_AFTER. Two servers at once: same commit, settings and GPU
+#   model.
 # Each job runs in its own process session (setsid), so it outlives the call that started it while the host is warm.
 set -uo pipefail
 root=${SESSION_DIR:-/tmp/session}
@@ -29,7 +30,7 @@ start)
   CUDA_VISIBLE_DEVICES=1 OUT=$root/gpu1 RES=$root/gpu1/micro PARTS=${GPU1_PARTS:-tests,cp,codec,fig3} \
     VOXSERVE_CONFIG=${GPU1_CONFIG:-$config} GPU1_MODES=${GPU1_MODES-lanes} SEEDS=${GPU1_SEEDS:-0} \
     START_RATE=${GPU1_START:-16} BUDGET_S=${GPU1_BUDGET_S:-200} OURS_T=${GPU1_T:-420} \
-    GPU1_PROFILE_RATE=${GPU1_PROFILE_RATE:-} GPU0_MAKES_CKPT=${GPU0_MODES-x} setsid "${pin1[@]}" bash -c '
+    GPU1_PROFILE_RATE=${GPU1_PROFILE_RATE:-} GPU0_MAKES_CKPT=${GPU0_MODES-x} GPU1_PARTS_AFTER=${GPU1_PARTS_AFTER:-} setsid "${pin1[@]}" bash -c '
       [ "$PARTS" = none ] || bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
       if [ -n "$GPU1_PROFILE_RATE" ]; then  # profile served steps under load instead of a second capacity search
         if [ -n "$GPU0_MAKES_CKPT" ]; then  # GPU 0 makes the checkpoint; else the profile script does
@@ -44,6 +45,8 @@ start)
         OUT=$OUT/variant RES=$OUT/run PORT=8001 MODES=$GPU1_MODES bash scripts/gpu_issue7.sh \
           > "$OUT/variant.txt" 2>&1
       fi
+      [ -z "$GPU1_PARTS_AFTER" ] || RES=$OUT/micro_after PARTS=$GPU1_PARTS_AFTER bash scripts/gpu_microbench.sh \
+        > "$OUT/micro_after.txt" 2>&1
       touch "$OUT/done"' > /dev/null 2>&1 &
   sleep 5; echo "started"; nvidia-smi --query-gpu=index,memory.used --format=csv
   ;;
@@ -54,7 +57,7 @@ collect)
   done
   for g in gpu0 gpu1; do [ -e "$root/$g/done" ] && echo "$g done" || echo "$g running"; done
   [ -e "$root/gpu0/done" ] && [ -e "$root/gpu1/done" ] && echo "all done"
-  tail -n 4 "$root"/gpu0/run/run.txt "$root"/gpu*/micro/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
+  tail -n 4 "$root"/gpu0/run/run.txt "$root"/gpu*/micro*/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv
   tar czf "$OUT/snapshot.tgz" --exclude='*.safetensors' -C "$root" .
   ;;
