@@ -4,7 +4,8 @@
 
 Every variant runs as one CUDA graph per batch size (replays timed with CUDA events), random weights in bf16:
 `reference` is `CodePredictor.predict_frame` (what the served step ran before the fused frame), `fused` is
-`FusedCodePredictor.frame` without compilation, `fused+compile` the same torch.compile'd (what the server runs).
+`FusedCodePredictor.frame` without compilation, `fused+compile` the same torch.compile'd (what the server runs),
+`fused+compile+attention-kernel` with each pass's attention as one Triton kernel (`code_predictor_attention_kernel`).
 All sample as the server does (temperature 0.9, top-k 50, per-row counter noise). `--autotune` adds
 `fused+autotune` (inductor's max-autotune for the two compiled pieces: Triton GEMM templates with fused epilogues
 tried against cuBLAS); `--profile-batch B` prints the kernels of one compiled frame at batch B (torch profiler).
@@ -94,7 +95,10 @@ def main() -> None:
     fused = FusedCodePredictor(cp)
     compiled = FusedCodePredictor(cp)
     compiled.compile()
-    variants = {"reference": None, "fused": fused, "fused+compile": compiled}
+    with_kernel = FusedCodePredictor(cp, attention_kernel=True)
+    with_kernel.compile()
+    variants = {"reference": None, "fused": fused, "fused+compile": compiled,
+                "fused+compile+attention-kernel": with_kernel}
     if args.autotune:
         variants["fused+autotune"] = FusedCodePredictor(cp)
         variants["fused+autotune"].compile(mode="max-autotune-no-cudagraphs")
@@ -126,7 +130,8 @@ def main() -> None:
             fn = reference if variant is None else (lambda v=variant: v.frame(*fused_args))
             row[f"{name}_ms"], outs[name] = time_graph(fn, args.iters)
         if batch == args.profile_batch:
-            profile_kernels(lambda: compiled.frame(*fused_args))
+            for variant in (compiled, with_kernel):
+                profile_kernels(lambda v=variant: v.frame(*fused_args))
         # bf16 rounding differs between the variants, so report agreement instead of asserting equality
         row["codes_equal_to_reference"] = {k: float((v == outs["reference"]).float().mean()) for k, v in outs.items()}
         rows.append(row)

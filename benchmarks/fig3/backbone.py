@@ -39,7 +39,6 @@ def backbone_step_factory(size: str = "1.7b", context: int = 256, device: str = 
     cos, sin = (t[pos:pos + 1, None] for t in rotary_cos_sin(torch.arange(context, device=device),
                                                             config.head_dim, config.rope_theta, dtype))
     positions = torch.tensor([pos], device=device)
-    visible = torch.ones(1, context, dtype=torch.bool, device=device)
     kv_shape = (config.num_key_value_heads, config.head_dim)
 
     def make_step(batch: int) -> Callable[[], torch.Tensor]:
@@ -60,7 +59,7 @@ def backbone_step_factory(size: str = "1.7b", context: int = 256, device: str = 
                 if compile:
                     for t in (h, k_cache, v_cache):
                         torch._dynamo.mark_dynamic(t, 0)
-                h = run_layer(h, k_cache, v_cache, cos, sin, positions, visible, *layer_weights,
+                h = run_layer(h, k_cache, v_cache, cos, sin, positions, *layer_weights,
                               config.num_attention_heads, config.rms_norm_eps)
             hidden = talker.model.norm(h[:, 0])
             c0 = F.linear(hidden, talker.codec_head.weight).argmax(dim=-1)

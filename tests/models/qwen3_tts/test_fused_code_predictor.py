@@ -102,14 +102,35 @@ def test_compiled_frame_in_a_cuda_graph_equals_eager():
     assert torch.equal(out, eager)
 
 
+@pytest.mark.gpu
 @torch.no_grad()
-def test_compiled_frame_equals_eager_for_any_batch_without_recompiling():
+def test_frame_with_the_attention_kernel_in_a_cuda_graph_matches_the_tensor_code():
+    """fp32: the Triton attention differs from the tensor code only in rounding, so the sampled codes agree."""
+    talker = _talker(True).cuda()
+    plain, kernel = FusedCodePredictor(talker.code_predictor), FusedCodePredictor(talker.code_predictor, True)
+    hidden, c0, seed, frame = (t.cuda() for t in _rows(talker, 16, seed=5))
+    params = (torch.full((16,), 0.9, device="cuda"), torch.full((16,), 50, device="cuda"),
+              torch.ones(16, device="cuda"))
+    want = plain.frame(hidden, c0, *params, seed, frame)
+    kernel.compile()
+    kernel.frame(hidden, c0, *params, seed, frame)  # compile + warm up
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = kernel.frame(hidden, c0, *params, seed, frame)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert (out == want).float().mean().item() > 0.9
+
+
+@pytest.mark.parametrize("attention_kernel", [False, True])
+@torch.no_grad()
+def test_compiled_frame_equals_eager_for_any_batch_without_recompiling(attention_kernel):
     """torch.compile (CPU inductor here) of the two repeated pieces: one graph per piece and pass shape serves every
-    batch size; the codes equal the eager frame's."""
+    batch size; the codes equal the eager frame's. With the attention operator (its tensor code on CPU), too."""
     import torch._dynamo
 
     talker = _talker(True)
-    fused = FusedCodePredictor(talker.code_predictor)
+    fused = FusedCodePredictor(talker.code_predictor, attention_kernel)
     inputs = {b: _rows(talker, b, seed=b) for b in (3, 5, 2)}
     params = {b: (torch.full((b,), 0.9), torch.full((b,), 50), torch.ones(b)) for b in inputs}
     eager = {b: fused.frame(h, c0, *params[b], seed, frame) for b, (h, c0, seed, frame) in inputs.items()}

@@ -5,8 +5,8 @@ Here, with the same results:
 - one QKV matrix and one gate/up matrix per layer (the official weights concatenated once);
 - the input projection folded into the embedding tables: `proj(E_i(c))` is a row of a pre-projected table, so only
   the talker state goes through the projection matmul;
-- attention over at most 16 positions as two small matmuls over the exact key prefix (positions are Python ints,
-  so only the two-token first pass needs a mask);
+- attention over fixed-size K/V caches of all 16 positions, masked past each query's own (every one-token pass has
+  the same shapes), optionally as one operator per pass (`cp_attention.py`: one Triton kernel on GPU);
 - sampling over the `CANDIDATES` largest logits: temperature, top-k, top-p, then the exponential race with the same
   counter noise as `sampling.sample` read at the candidates' vocabulary ids. A row's codes are the reference's
   whenever 1 <= top_k <= CANDIDATES (the endpoint refuses other top-k for sampled rows); greedy rows use all logits.
@@ -24,26 +24,18 @@ from torch import nn
 from vllm_voxserve.models.seeded_noise import uniform_noise_at
 
 from .code_predictor import CodePredictor
+from .cp_attention import attention_reference, code_predictor_attention, rms_norm
 from .job import MAX_CODE_PREDICTOR_TOP_K as CANDIDATES
 from .talker import DecoderLayer, rotary_cos_sin
-
-
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
-    return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)  # as talker.RMSNorm
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 class FusedCodePredictor(nn.Module):
     """Fused weights of a loaded `CodePredictor` (copies; build after the checkpoint is loaded) and its frame."""
 
-    def __init__(self, cp: CodePredictor):
+    def __init__(self, cp: CodePredictor, attention_kernel: bool = False):
         super().__init__()
         cfg = cp.config
+        self.attention_kernel = attention_kernel  # the attention of each pass as one operator (cp_attention.py)
         self.num_heads, self.num_kv_heads, self.head_dim = (cfg.num_attention_heads, cfg.num_key_value_heads,
                                                             cfg.head_dim)
         self.eps, self.num_steps = cfg.rms_norm_eps, cp.num_groups - 1
@@ -75,7 +67,6 @@ class FusedCodePredictor(nn.Module):
             self._buffer("sin", sin[:, None])
             positions = torch.arange(cp.num_groups, device=dev)
             self._buffer("positions", positions)
-            self._buffer("visible", positions[None, :] <= positions[:, None])  # row p: keys 0..p
             self._buffer("step_ids", torch.arange(self.num_steps, device=dev))
 
     def _buffer(self, name: str, value: torch.Tensor) -> None:
@@ -116,7 +107,7 @@ class FusedCodePredictor(nn.Module):
             span = slice(pos, pos + t)
             for (k_cache, v_cache), layer in zip(caches, weights, strict=True):
                 x = self._layer_pass(self._batch_dynamic(x), k_cache, v_cache, self.cos[span], self.sin[span],
-                                     self.positions[span], self.visible[span], *layer, self.num_heads, self.eps)
+                                     self.positions[span], *layer, self.num_heads, self.eps, self.attention_kernel)
             code = self._head_pick(self._batch_dynamic(x[:, -1]), self.heads[step], self.step_ids[step], *row_params)
             codes.append(code)
             pos += t
@@ -137,7 +128,7 @@ class FusedCodePredictor(nn.Module):
     def _head_pick_eager(self, x_last, head_weight, step, temperature, top_k, top_p, seed, frame_index):
         """`sampling.sample` of this step's logits with `uniform_noise(seed, frame_index, 15, V)[:, step]`, over
         the top candidates. step: a 0-d tensor (one compiled graph for every step)."""
-        logits = F.linear(_rms(x_last, self.final_norm, self.eps), head_weight).float()
+        logits = F.linear(rms_norm(x_last, self.final_norm, self.eps), head_weight).float()
         greedy = logits.argmax(dim=-1)
         temp = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
         values, ids = logits.topk(self.candidates, dim=-1)  # sorted, largest first
@@ -166,25 +157,14 @@ def fused_layer_weights(layer: DecoderLayer) -> tuple[torch.Tensor, ...]:
             torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight)
 
 
-def layer_pass(x, k_cache, v_cache, cos, sin, positions, visible, norm_in, qkv_w, q_norm, k_norm, o_w, norm_post,
-                gate_up_w, down_w, num_heads: int, eps: float) -> torch.Tensor:
-    """One decoder layer over x [B,t,H] at `positions` [t]: writes their K/V into the caches [B,kv_heads,16,d] (in
-    place) and attends over all 16 cached positions with `visible` [t,16] (the causal rows of these positions).
-    The caches' layout lets both attention matmuls read them without a transposed copy."""
-    b, t, _ = x.shape
-    nkv, d = k_cache.shape[1], k_cache.shape[3]
-    rep = num_heads // nkv
-    q, k, v = F.linear(_rms(x, norm_in, eps), qkv_w).split([num_heads * d, nkv * d, nkv * d], dim=-1)
-    q = _rotate(_rms(q.reshape(b, t, num_heads, d), q_norm, eps), cos, sin)
-    k = _rotate(_rms(k.reshape(b, t, nkv, d), k_norm, eps), cos, sin)
-    k_cache.index_copy_(2, positions, k.transpose(1, 2))
-    v_cache.index_copy_(2, positions, v.reshape(b, t, nkv, d).transpose(1, 2))
-    # query head h reads kv head h // rep (the official repeat_interleave): group queries by kv head
-    qg = q.reshape(b, t, nkv, rep, d).permute(0, 2, 1, 3, 4).reshape(b, nkv, t * rep, d)
-    scores = torch.matmul(qg, k_cache.transpose(-1, -2)).float() * d ** -0.5  # [B, nkv, t*rep, 16]
-    scores = scores.masked_fill(~visible.repeat_interleave(rep, dim=0), float("-inf"))
-    out = torch.matmul(scores.softmax(dim=-1).to(x.dtype), v_cache)  # [B, nkv, t*rep, d]
-    out = out.reshape(b, nkv, t, rep, d).permute(0, 2, 1, 3, 4).reshape(b, t, num_heads * d)
+def layer_pass(x, k_cache, v_cache, cos, sin, positions, norm_in, qkv_w, q_norm, k_norm, o_w, norm_post, gate_up_w,
+               down_w, num_heads: int, eps: float, attention_kernel: bool = False) -> torch.Tensor:
+    """One decoder layer over x [B,t,H] at `positions` [t]: writes their K/V into the caches [B,kv_heads,P,d] (in
+    place) and attends over the cached positions up to each one's own (`cp_attention`; with `attention_kernel`, as
+    one operator: one Triton kernel on GPU)."""
+    qkv = F.linear(rms_norm(x, norm_in, eps), qkv_w)
+    attention = code_predictor_attention if attention_kernel else attention_reference
+    out = attention(qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, num_heads, eps)
     x = x + F.linear(out, o_w)
-    gate, up = F.linear(_rms(x, norm_post, eps), gate_up_w).chunk(2, -1)
+    gate, up = F.linear(rms_norm(x, norm_post, eps), gate_up_w).chunk(2, -1)
     return x + F.linear(F.silu(gate) * up, down_w)

@@ -1,0 +1,73 @@
+"""The code predictor's attention operator: its Triton kernel (interpreted on CPU, compiled on GPU) against the
+tensor code, and the operator inside a compiled frame."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_voxserve.models.qwen3_tts import cp_attention
+
+H, KV, D, P = 16, 8, 128, 16  # the code predictor's heads, kv heads, head size and positions
+
+
+def case(t: int, pos0: int, batch: int = 3, dtype=torch.float32, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    angles = torch.rand(t, 1, D, generator=g)
+
+    def make(*shape):
+        return torch.randn(*shape, generator=g).to(device, dtype)
+
+    return dict(qkv=make(batch, t, (H + 2 * KV) * D), q_norm=(torch.rand(D, generator=g) + 0.5).to(device, dtype),
+                k_norm=(torch.rand(D, generator=g) + 0.5).to(device, dtype), cos=angles.cos().to(device, dtype),
+                sin=angles.sin().to(device, dtype), positions=torch.arange(pos0, pos0 + t, device=device),
+                k_cache=make(batch, KV, P, D), v_cache=make(batch, KV, P, D))
+
+
+def run(fn, c):
+    c = {k: v.clone() for k, v in c.items()}
+    out = fn(c["qkv"], c["q_norm"], c["k_norm"], c["cos"], c["sin"], c["positions"], c["k_cache"], c["v_cache"], H,
+             1e-6)
+    return out, c["k_cache"], c["v_cache"]
+
+
+def test_the_operator_writes_the_new_positions_and_attends_causally():
+    c = case(t=2, pos0=0)
+    out, k_cache, v_cache = run(torch.ops.voxserve.code_predictor_attention, c)
+    assert out.shape == (3, 2, H * D)
+    assert torch.equal(v_cache[:, :, :2], c["qkv"][..., (H + KV) * D:].reshape(3, 2, KV, D).transpose(1, 2))
+    assert torch.equal(k_cache[:, :, 2:], c["k_cache"][:, :, 2:])  # other positions untouched
+    # position 0 sees only itself: each of its heads returns its kv head's new value
+    first = out[:, 0].reshape(3, KV, H // KV, D)
+    torch.testing.assert_close(first, v_cache[:, :, 0, None].expand_as(first))
+
+
+def test_triton_kernel_matches_the_tensor_code_in_the_interpreter():
+    """TRITON_INTERPRET=1 runs the kernel's program on the CPU (it must be set before triton is imported)."""
+    pytest.importorskip("triton")
+    script = """
+import torch
+from tests.models.qwen3_tts.test_cp_attention import case, run
+from vllm_voxserve.models.qwen3_tts import cp_attention as ca
+for t, pos0 in ((2, 0), (1, 5), (1, 15)):
+    c = case(t, pos0)
+    for want, got in zip(run(ca.attention_reference, c), run(ca.attention_triton, c)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+print("ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_gpu_kernel_matches_the_tensor_code_in_bf16():
+    for t, pos0 in ((2, 0), (1, 7), (1, 15)):
+        c = case(t, pos0, batch=64, dtype=torch.bfloat16, device="cuda")
+        for want, got in zip(run(cp_attention.attention_reference, c), run(cp_attention.attention_triton, c)):
+            torch.testing.assert_close(got.float(), want.float(), atol=3e-2, rtol=3e-2)
