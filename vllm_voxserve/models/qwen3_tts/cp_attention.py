@@ -4,9 +4,9 @@
 norms of q and k, their rotary embedding, the new k/v written into the caches [B, KV, 16, d] (in place) and
 attention over every cached position up to each query's own -> [B, t, H d]. On CPU it is `attention_reference`
 (plain tensor code); on GPU one Triton kernel per (row, kv head) does all of it, where the tensor code takes about
-seven kernels (norms and rotary, two cache writes, two matmuls, a softmax: about 37 % of a layer pass at batch 64
-on the H200, benchmarks/results/h200/2026-11-30_session4/). A torch.library custom op, so torch.compile and CUDA
-graphs see one opaque call that mutates the caches.
+seven kernels (norms and rotary, two cache writes, two matmuls, a softmax: roughly a third of a layer pass at batch
+64 on the H200, judged by kernel names; benchmarks/results/h200/2026-11-30_session4/). A torch.library custom op,
+so torch.compile and CUDA graphs see one opaque call that mutates the caches.
 """
 
 from __future__ import annotations
