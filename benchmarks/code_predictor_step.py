@@ -5,7 +5,7 @@
 Every variant runs as one CUDA graph per batch size (replays timed with CUDA events), random weights in bf16:
 `reference` is `CodePredictor.predict_frame` (what the served step ran before the fused frame), `fused` is
 `FusedCodePredictor.frame` without compilation, `fused+compile` the same torch.compile'd (what the server runs),
-`fused+compile+attention-kernel` with each pass's attention as one Triton kernel (`code_predictor_attention_kernel`).
+`fused+compile+kernels` with our Triton kernels for the attention and the top candidates (`code_predictor_kernels`).
 All sample as the server does (temperature 0.9, top-k 50, per-row counter noise). `--autotune` adds
 `fused+autotune` (inductor's max-autotune for the two compiled pieces: Triton GEMM templates with fused epilogues
 tried against cuBLAS); `--profile-batch B` prints the kernels of one compiled frame at batch B (torch profiler).
@@ -98,7 +98,7 @@ def main() -> None:
     with_kernel = FusedCodePredictor(cp, attention_kernel=True)
     with_kernel.compile()
     variants = {"reference": None, "fused": fused, "fused+compile": compiled,
-                "fused+compile+attention-kernel": with_kernel}
+                "fused+compile+kernels": with_kernel}
     if args.autotune:
         variants["fused+autotune"] = FusedCodePredictor(cp)
         variants["fused+autotune"].compile(mode="max-autotune-no-cudagraphs")

@@ -124,9 +124,10 @@ class VoxServeConfig:
     # in the steps vLLM does not capture whole (both ignored on CPU).
     code_predictor_compile: bool = True
     code_predictor_graphs: bool = True
-    # Each layer pass's attention as one operator (a Triton kernel on GPU, models/qwen3_tts/cp_attention.py) instead
-    # of about seven kernels. Off until timed on the H200 (benchmarks/code_predictor_step.py times both).
-    code_predictor_attention_kernel: bool = False
+    # Our Triton kernels in the code predictor's frame on GPU (models/qwen3_tts/cp_kernels.py): each layer pass's
+    # attention as one kernel instead of about seven, each sampling step's top candidates as one sorting kernel
+    # instead of torch.topk's two. Off until timed on the H200 (benchmarks/code_predictor_step.py times both).
+    code_predictor_kernels: bool = False
     # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): two compiles at start-up (batch
     # 1, and batches >= 2 with any chunk length; codec_program.py). H200, per-length compiles, 10-frame chunks, bf16 graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 ->
     # 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs (benchmarks/codec_step.py, results/h200/)
@@ -147,7 +148,7 @@ class VoxServeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
-        for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_attention_kernel",
+        for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
                      "codec_compile", "codec_cudnn_benchmark"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")

@@ -104,8 +104,8 @@ def test_compiled_frame_in_a_cuda_graph_equals_eager():
 
 @pytest.mark.gpu
 @torch.no_grad()
-def test_frame_with_the_attention_kernel_in_a_cuda_graph_matches_the_tensor_code():
-    """fp32: the Triton attention differs from the tensor code only in rounding, so the sampled codes agree."""
+def test_frame_with_our_kernels_in_a_cuda_graph_matches_the_tensor_code():
+    """fp32: our Triton kernels differ from the tensor code only in rounding (and tie order), so the codes agree."""
     talker = _talker(True).cuda()
     plain, kernel = FusedCodePredictor(talker.code_predictor), FusedCodePredictor(talker.code_predictor, True)
     hidden, c0, seed, frame = (t.cuda() for t in _rows(talker, 16, seed=5))
@@ -122,15 +122,15 @@ def test_frame_with_the_attention_kernel_in_a_cuda_graph_matches_the_tensor_code
     assert (out == want).float().mean().item() > 0.9
 
 
-@pytest.mark.parametrize("attention_kernel", [False, True])
+@pytest.mark.parametrize("kernels", [False, True])
 @torch.no_grad()
-def test_compiled_frame_equals_eager_for_any_batch_without_recompiling(attention_kernel):
+def test_compiled_frame_equals_eager_for_any_batch_without_recompiling(kernels):
     """torch.compile (CPU inductor here) of the two repeated pieces: one graph per piece and pass shape serves every
-    batch size; the codes equal the eager frame's. With the attention operator (its tensor code on CPU), too."""
+    batch size; the codes equal the eager frame's. With our operators (their tensor code on CPU), too."""
     import torch._dynamo
 
     talker = _talker(True)
-    fused = FusedCodePredictor(talker.code_predictor, attention_kernel)
+    fused = FusedCodePredictor(talker.code_predictor, kernels)
     inputs = {b: _rows(talker, b, seed=b) for b in (3, 5, 2)}
     params = {b: (torch.full((b,), 0.9), torch.full((b,), 50), torch.ones(b)) for b in inputs}
     eager = {b: fused.frame(h, c0, *params[b], seed, frame) for b, (h, c0, seed, frame) in inputs.items()}

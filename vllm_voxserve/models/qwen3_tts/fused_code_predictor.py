@@ -6,7 +6,8 @@ Here, with the same results:
 - the input projection folded into the embedding tables: `proj(E_i(c))` is a row of a pre-projected table, so only
   the talker state goes through the projection matmul;
 - attention over fixed-size K/V caches of all 16 positions, masked past each query's own (every one-token pass has
-  the same shapes), optionally as one operator per pass (`cp_attention.py`: one Triton kernel on GPU);
+  the same shapes), optionally as one operator per pass (`cp_kernels.py`: one Triton kernel on GPU);
+- the candidates of each sampling step by `torch.topk`, or optionally one sorting kernel (`cp_kernels.py`);
 - sampling over the `CANDIDATES` largest logits: temperature, top-k, top-p, then the exponential race with the same
   counter noise as `sampling.sample` read at the candidates' vocabulary ids. A row's codes are the reference's
   whenever 1 <= top_k <= CANDIDATES (the endpoint refuses other top-k for sampled rows); greedy rows use all logits.
@@ -24,7 +25,7 @@ from torch import nn
 from vllm_voxserve.models.seeded_noise import uniform_noise_at
 
 from .code_predictor import CodePredictor
-from .cp_attention import attention_reference, code_predictor_attention, rms_norm
+from .cp_kernels import attention_reference, code_predictor_attention, rms_norm, top_candidates
 from .job import MAX_CODE_PREDICTOR_TOP_K as CANDIDATES
 from .talker import DecoderLayer, rotary_cos_sin
 
@@ -32,10 +33,10 @@ from .talker import DecoderLayer, rotary_cos_sin
 class FusedCodePredictor(nn.Module):
     """Fused weights of a loaded `CodePredictor` (copies; build after the checkpoint is loaded) and its frame."""
 
-    def __init__(self, cp: CodePredictor, attention_kernel: bool = False):
+    def __init__(self, cp: CodePredictor, kernels: bool = False):
         super().__init__()
         cfg = cp.config
-        self.attention_kernel = attention_kernel  # the attention of each pass as one operator (cp_attention.py)
+        self.kernels = kernels  # each pass's attention and each step's top candidates as our operators (cp_kernels.py)
         self.num_heads, self.num_kv_heads, self.head_dim = (cfg.num_attention_heads, cfg.num_key_value_heads,
                                                             cfg.head_dim)
         self.eps, self.num_steps = cfg.rms_norm_eps, cp.num_groups - 1
@@ -107,7 +108,7 @@ class FusedCodePredictor(nn.Module):
             span = slice(pos, pos + t)
             for (k_cache, v_cache), layer in zip(caches, weights, strict=True):
                 x = self._layer_pass(self._batch_dynamic(x), k_cache, v_cache, self.cos[span], self.sin[span],
-                                     self.positions[span], *layer, self.num_heads, self.eps, self.attention_kernel)
+                                     self.positions[span], *layer, self.num_heads, self.eps, self.kernels)
             code = self._head_pick(self._batch_dynamic(x[:, -1]), self.heads[step], self.step_ids[step], *row_params)
             codes.append(code)
             pos += t
@@ -131,7 +132,8 @@ class FusedCodePredictor(nn.Module):
         logits = F.linear(rms_norm(x_last, self.final_norm, self.eps), head_weight).float()
         greedy = logits.argmax(dim=-1)
         temp = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
-        values, ids = logits.topk(self.candidates, dim=-1)  # sorted, largest first
+        # sorted, largest first
+        values, ids = top_candidates(logits, self.candidates) if self.kernels else logits.topk(self.candidates, dim=-1)
         values = values / temp[:, None]
         k = top_k.clamp(1, self.candidates)
         values = values.masked_fill(values < values.gather(1, (k - 1)[:, None]), float("-inf"))
@@ -160,7 +162,7 @@ def fused_layer_weights(layer: DecoderLayer) -> tuple[torch.Tensor, ...]:
 def layer_pass(x, k_cache, v_cache, cos, sin, positions, norm_in, qkv_w, q_norm, k_norm, o_w, norm_post, gate_up_w,
                down_w, num_heads: int, eps: float, attention_kernel: bool = False) -> torch.Tensor:
     """One decoder layer over x [B,t,H] at `positions` [t]: writes their K/V into the caches [B,kv_heads,P,d] (in
-    place) and attends over the cached positions up to each one's own (`cp_attention`; with `attention_kernel`, as
+    place) and attends over the cached positions up to each one's own (`cp_kernels`; with `attention_kernel`, as
     one operator: one Triton kernel on GPU)."""
     qkv = F.linear(rms_norm(x, norm_in, eps), qkv_w)
     attention = code_predictor_attention if attention_kernel else attention_reference

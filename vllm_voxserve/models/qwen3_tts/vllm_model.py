@@ -200,7 +200,7 @@ class Qwen3TTSForVllm(nn.Module):
     def _code_predictor(self) -> ServedCodePredictor:
         if self.served_cp is None:  # after load_weights: the fused copies are made from the loaded weights
             self.served_cp = ServedCodePredictor(
-                FusedCodePredictor(self.talker.code_predictor, self.voxserve.code_predictor_attention_kernel),
+                FusedCodePredictor(self.talker.code_predictor, self.voxserve.code_predictor_kernels),
                 self._step_buffers(),
                 self.talker.codec_head.out_features, self.voxserve.code_predictor_compile,
                 self.voxserve.code_predictor_graphs)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_voxserve.models.qwen3_tts import cp_attention
+from vllm_voxserve.models.qwen3_tts import cp_kernels
 
 H, KV, D, P = 16, 8, 128, 16  # the code predictor's heads, kv heads, head size and positions
 
@@ -50,8 +50,8 @@ def test_triton_kernel_matches_the_tensor_code_in_the_interpreter():
     pytest.importorskip("triton")
     script = """
 import torch
-from tests.models.qwen3_tts.test_cp_attention import case, run
-from vllm_voxserve.models.qwen3_tts import cp_attention as ca
+from tests.models.qwen3_tts.test_cp_kernels import case, run
+from vllm_voxserve.models.qwen3_tts import cp_kernels as ca
 for t, pos0 in ((2, 0), (1, 5), (1, 15)):
     c = case(t, pos0)
     for want, got in zip(run(ca.attention_reference, c), run(ca.attention_triton, c)):
@@ -69,5 +69,43 @@ print("ok")
 def test_gpu_kernel_matches_the_tensor_code_in_bf16():
     for t, pos0 in ((2, 0), (1, 7), (1, 15)):
         c = case(t, pos0, batch=64, dtype=torch.bfloat16, device="cuda")
-        for want, got in zip(run(cp_attention.attention_reference, c), run(cp_attention.attention_triton, c)):
+        for want, got in zip(run(cp_kernels.attention_reference, c), run(cp_kernels.attention_triton, c)):
             torch.testing.assert_close(got.float(), want.float(), atol=3e-2, rtol=3e-2)
+
+
+def test_top_candidates_operator_is_topk_on_cpu():
+    logits = torch.randn(4, 2048, generator=torch.Generator().manual_seed(1))
+    values, ids = torch.ops.voxserve.top_candidates(logits, 50)
+    want_values, want_ids = logits.topk(50)
+    assert torch.equal(values, want_values) and torch.equal(ids, want_ids)
+
+
+def test_top_candidates_kernel_matches_topk_in_the_interpreter():
+    pytest.importorskip("triton")
+    script = """
+import torch
+from vllm_voxserve.models.qwen3_tts import cp_kernels
+g = torch.Generator().manual_seed(2)
+for vocab, k in ((2048, 50), (1000, 64)):  # a vocabulary that is not a power of two is padded
+    logits = torch.randn(5, vocab, generator=g) * 3
+    logits[0, 7] = logits[0, 9] = 50.0  # a tie: the lower id first
+    values, ids = cp_kernels.top_candidates_triton(logits, k)
+    want_values, want_ids = logits.topk(k)
+    assert torch.equal(values, want_values), (values - want_values).abs().max()
+    assert ids[0, :2].tolist() == [7, 9]
+    assert torch.equal(ids[1:], want_ids[1:])
+print("ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_gpu_top_candidates_kernel_matches_topk():
+    logits = torch.randn(128, 2048, device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    values, ids = cp_kernels.top_candidates_triton(logits, 50)
+    want_values, want_ids = logits.topk(50)
+    assert torch.equal(values, want_values) and torch.equal(ids, want_ids)
