@@ -129,8 +129,9 @@ class VoxServeConfig:
     # instead of torch.topk's two. Off until timed on the H200 (benchmarks/code_predictor_step.py times both).
     code_predictor_kernels: bool = False
     # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): two compiles at start-up (batch
-    # 1, and batches >= 2 with any chunk length; codec_program.py). H200, per-length compiles, 10-frame chunks, bf16 graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 ->
-    # 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs (benchmarks/codec_step.py, results/h200/)
+    # 1, and batches >= 2 with any chunk length; codec_program.py). H200, per-length compiles, 10-frame chunks, bf16
+    # graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 -> 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs
+    # (benchmarks/codec_step.py, results/h200/)
     codec_compile: bool = True
     # Let cuDNN time its algorithms for each shape of the codec lanes' graphs before capture (GPU only; the search runs
     # on the whole GPU, see codec_lanes/executables.py). Its heuristics ran one shape with a non-tensor-core kernel,

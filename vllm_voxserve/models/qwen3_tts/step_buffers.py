@@ -26,8 +26,9 @@ _FLOAT_ROWS = ("cp_temperature", "cp_top_p")
 class _HostStaging:
     """One step's host copy of the buffers `fill` writes, in page-locked memory on GPU so that each host-to-device
     copy is only queued (a pageable copy waits for the driver to stage it: a dozen of them each step are the likely
-    fixed part of the 0.36-0.68 ms median "prepare" host time logged on the H200). Two of them alternate: one may still be read by queued copies while the
-    next step fills the other, and `claim` waits for the copies of the step before last (normally long done)."""
+    fixed part of the 0.36-0.68 ms median "prepare" host time logged on the H200). Two of them alternate: one may
+    still be read by queued copies while the next step fills the other, and `claim` waits for the copies of the step
+    before last (normally long done)."""
 
     def __init__(self, max_tokens: int, max_decode_rows: int, pinned: bool):
         def make(shape, dtype):

@@ -110,7 +110,8 @@ def decode_chunk(
             f"codes must be [B, F>=1, Q] with B = len(slots), got {tuple(codes.shape)} and {tuple(slots.shape)}"
         )
     if next(decoder.parameters()).dtype != pool.dtype:
-        raise ValueError(f"the pool holds {pool.dtype} state but the decoder runs in {next(decoder.parameters()).dtype}")
+        raise ValueError(f"the pool holds {pool.dtype} state but the decoder runs in "
+                         f"{next(decoder.parameters()).dtype}")
     position, block = pool.gather(slots)
     if step is None:
         wav, position, block = decode_and_pack(decoder, pool.layout, codes.transpose(1, 2), position, block)
