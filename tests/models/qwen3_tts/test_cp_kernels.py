@@ -34,6 +34,16 @@ def run(fn, c):
     return out, c["k_cache"], c["v_cache"]
 
 
+def interpret(script: str) -> None:
+    """Run `script` (which prints "ok" last) with TRITON_INTERPRET=1: Triton runs a kernel's program on the CPU. It
+    must be set before triton is imported, hence a fresh interpreter."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
 def test_the_operator_writes_the_new_positions_and_attends_causally():
     c = case(t=2, pos0=0)
     out, k_cache, v_cache = run(torch.ops.voxserve.code_predictor_attention, c)
@@ -46,7 +56,6 @@ def test_the_operator_writes_the_new_positions_and_attends_causally():
 
 
 def test_triton_kernel_matches_the_tensor_code_in_the_interpreter():
-    """TRITON_INTERPRET=1 runs the kernel's program on the CPU (it must be set before triton is imported)."""
     pytest.importorskip("triton")
     script = """
 import torch
@@ -58,11 +67,7 @@ for t, pos0 in ((2, 0), (1, 5), (1, 15)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 print("ok")
 """
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    root = Path(__file__).resolve().parents[3]
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    interpret(script)
 
 
 @pytest.mark.gpu
@@ -96,11 +101,7 @@ for vocab, k in ((2048, 50), (1000, 64)):  # a vocabulary that is not a power of
     assert torch.equal(ids[1:], want_ids[1:])
 print("ok")
 """
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    root = Path(__file__).resolve().parents[3]
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    interpret(script)
 
 
 @pytest.mark.gpu

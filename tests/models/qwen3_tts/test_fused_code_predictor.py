@@ -81,45 +81,38 @@ def test_noise_at_indices_equals_the_full_tensor():
         assert torch.equal(uniform_noise_at(seed, step, draw, index), full[:, draw].gather(1, index))
 
 
+def _eager_and_captured(kernels: bool, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A 16-row frame of an fp32 talker: the eager tensor code's codes, and those of the compiled frame (with or
+    without our kernels) captured in a CUDA graph and replayed."""
+    talker = _talker(True).cuda()
+    plain, fused = FusedCodePredictor(talker.code_predictor), FusedCodePredictor(talker.code_predictor, kernels)
+    hidden, c0, seed_t, frame = (t.cuda() for t in _rows(talker, 16, seed=seed))
+    args = (hidden, c0, torch.full((16,), 0.9, device="cuda"), torch.full((16,), 50, device="cuda"),
+            torch.ones(16, device="cuda"), seed_t, frame)
+    eager = plain.frame(*args)
+    fused.compile()
+    fused.frame(*args)  # compile + warm up
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused.frame(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    return eager, out
+
+
 @pytest.mark.gpu
 @torch.no_grad()
 def test_compiled_frame_in_a_cuda_graph_equals_eager():
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    talker = _talker(True).cuda()
-    fused = FusedCodePredictor(talker.code_predictor)
-    hidden, c0, seed, frame = (t.cuda() for t in _rows(talker, 16, seed=4))
-    params = (torch.full((16,), 0.9, device="cuda"), torch.full((16,), 50, device="cuda"),
-              torch.ones(16, device="cuda"))
-    eager = fused.frame(hidden, c0, *params, seed, frame)
-    fused.compile()
-    fused.frame(hidden, c0, *params, seed, frame)  # compile + warm up
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fused.frame(hidden, c0, *params, seed, frame)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, eager)
+    eager, captured = _eager_and_captured(kernels=False, seed=4)
+    assert torch.equal(captured, eager)
 
 
 @pytest.mark.gpu
 @torch.no_grad()
 def test_frame_with_our_kernels_in_a_cuda_graph_matches_the_tensor_code():
     """fp32: our Triton kernels differ from the tensor code only in rounding (and tie order), so the codes agree."""
-    talker = _talker(True).cuda()
-    plain, kernel = FusedCodePredictor(talker.code_predictor), FusedCodePredictor(talker.code_predictor, True)
-    hidden, c0, seed, frame = (t.cuda() for t in _rows(talker, 16, seed=5))
-    params = (torch.full((16,), 0.9, device="cuda"), torch.full((16,), 50, device="cuda"),
-              torch.ones(16, device="cuda"))
-    want = plain.frame(hidden, c0, *params, seed, frame)
-    kernel.compile()
-    kernel.frame(hidden, c0, *params, seed, frame)  # compile + warm up
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = kernel.frame(hidden, c0, *params, seed, frame)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert (out == want).float().mean().item() > 0.9
+    eager, captured = _eager_and_captured(kernels=True, seed=5)
+    assert (captured == eager).float().mean().item() > 0.9
 
 
 @pytest.mark.parametrize("kernels", [False, True])
