@@ -110,3 +110,38 @@ def test_gpu_top_candidates_kernel_matches_topk():
     values, ids = cp_kernels.top_candidates_triton(logits, 50)
     want_values, want_ids = logits.topk(50)
     assert torch.equal(values, want_values) and torch.equal(ids, want_ids)
+
+
+def test_kernels_compile_for_the_h200_without_spilling_registers():
+    """Triton compiles for a GPU target without a GPU: sm_90 code of both kernels, checked with Triton's own ptxas."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        pytest.skip("Triton's CUDA backend is not installed")
+    pointers = dict.fromkeys(("qkv", "q_norm", "k_norm", "cos", "sin", "k_cache", "v_cache", "out"), "*bf16")
+    ints = dict.fromkeys(("t", "s_qkv_b", "s_qkv_t", "s_k_b", "s_k_h", "s_k_p", "s_v_b", "s_v_h", "s_v_p", "s_out_b",
+                          "s_out_t"), "i32")
+    kernels = {
+        "attention": ASTSource(cp_kernels._attention_kernel,
+                               {**pointers, "positions": "*i64", **ints, "eps": "fp32", "scale": "fp32",
+                                **dict.fromkeys(("NUM_HEADS", "NUM_KV", "D", "P"), "constexpr")},
+                               constexprs={"NUM_HEADS": H, "NUM_KV": KV, "D": D, "P": P}),
+        "top candidates": ASTSource(cp_kernels._top_candidates_kernel,
+                                    {"logits": "*fp32", "values": "*fp32", "ids": "*i64", "s_logits": "i32",
+                                     "s_values": "i32", "s_ids": "i32", "vocab": "i32", "k": "i32",
+                                     "V_PAD": "constexpr"}, constexprs={"V_PAD": 2048}),
+    }
+    for name, source in kernels.items():
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+        ptx = Path(os.environ.get("TMPDIR", "/tmp")) / f"voxserve_{os.getpid()}.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        try:
+            report = subprocess.run([str(ptxas), "-v", "--gpu-name", "sm_90a", str(ptx), "-o", os.devnull],
+                                    capture_output=True, text=True, timeout=120)
+        finally:
+            ptx.unlink()
+        assert report.returncode == 0, report.stderr
+        assert "0 bytes spill stores" in report.stdout + report.stderr, (name, report.stderr)
