@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from vllm_voxserve.models.qwen3_tts.checkpoint import official_config
 from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
+from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.fused_code_predictor import FusedCodePredictor, fused_layer_weights, layer_pass
 from vllm_voxserve.models.qwen3_tts.talker import Talker, rotary_cos_sin
 
@@ -31,7 +32,7 @@ def backbone_step_factory(size: str = "1.7b", context: int = 256, device: str = 
     with torch.device(device):
         talker = Talker(config).to(dtype).eval()  # default (random) init, made on the device
     weights = [tuple(w.detach() for w in fused_layer_weights(layer)) for layer in talker.model.layers]
-    cp = FusedCodePredictor(talker.code_predictor)
+    cp = FusedCodePredictor(talker.code_predictor, VoxServeConfig().code_predictor_kernels)  # as served by default
     run_layer = torch.compile(layer_pass, fullgraph=True) if compile else layer_pass
     if compile:
         cp.compile()
