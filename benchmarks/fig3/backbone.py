@@ -15,9 +15,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.checkpoint import official_config
 from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
-from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.fused_code_predictor import FusedCodePredictor, fused_layer_weights, layer_pass
 from vllm_voxserve.models.qwen3_tts.talker import Talker, rotary_cos_sin
 
