@@ -20,5 +20,6 @@ if [ -e "$res/server.pid" ]; then  # only this script's server: another may run 
   pgid=$(cat "$res/server.pid"); kill -- -"$pgid" 2>/dev/null; sleep 5; kill -9 -- -"$pgid" 2>/dev/null
 fi
 grep -v '"POST /v1/audio/speech HTTP/1.1" 200 OK' "$res/serve.log" > "$res/serve.short" && mv "$res/serve.short" "$res/serve.log"
+python3 -m benchmarks.step_log "$res/serve.log" --json "$res/step_log.json" > "$res/step_log.txt" 2>&1  # per window
 cat "$res/times.txt"; grep -h "code predictor:\|init engine\|step host time\|codec mode" "$res/serve.log" | cut -c1-220
 tar czf "$final_out/results.tgz" -C "$res" .

@@ -39,6 +39,20 @@ def test_reports_each_part_and_the_total_once_per_window():
     assert timer.end_step() is None  # a new window started
 
 
+def test_a_window_also_closes_after_every_s_seconds_of_enough_steps():
+    lines, now = [], [0.0]
+    timer = StepHostTimes(every=2000, report=lines.append, clock=lambda: now[0], every_s=10.0, min_steps=20)
+    closed_at = []
+    for step in range(1, 121):
+        now[0] += 0.25  # 4 steps a second
+        timer.add("prepare", 0.001)
+        if timer.end_step() is not None:
+            closed_at.append(step)
+    # the window opens at the first step's end: 40 more steps make 10 s; none of them is short of min_steps
+    assert closed_at == [41, 81]
+    assert "over 41 steps" in lines[0] and "over 40 steps" in lines[1]
+
+
 class FakeEvent:
     """A timing event on a fake device clock: `record()` stamps the time; done once the clock passed it."""
 

@@ -24,12 +24,14 @@ def _spread(name: str, seconds: list[float]) -> str:
 
 
 class StepHostTimes:
-    """Collects per-step host seconds of named parts; every `every` steps reports p50/p90/p99 of each part and of
+    """Collects per-step host seconds of named parts; every `every` steps, or after `every_s` seconds of at least
+    `min_steps` steps (so that a benchmark's 20 s window gets its own lines), reports p50/p90/p99 of each part and of
     their sum, then starts a new window."""
 
     def __init__(self, every: int = 2000, report: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
-        self.every = every
+                 clock: Callable[[], float] = time.perf_counter, every_s: float = 10.0, min_steps: int = 100):
+        self.every, self.every_s, self.min_steps = every, every_s, min_steps
+        self._window_started: float | None = None
         self.report = report or logger.info
         self.clock = clock
         self._window: list[dict[str, float]] = []
@@ -69,8 +71,12 @@ class StepHostTimes:
         if self._last_end is not None:
             self._intervals.append(now - self._last_end)
         self._last_end = now
-        if len(self._window) < self.every:
+        if self._window_started is None:
+            self._window_started = now
+        long_enough = len(self._window) >= self.min_steps and now - self._window_started >= self.every_s
+        if len(self._window) < self.every and not long_enough:
             return None
+        self._window_started = now
         parts = sorted({p for step in self._window for p in step})
         columns = {p: sorted(step.get(p, 0.0) for step in self._window) for p in parts}
         columns["total"] = sorted(sum(step.values()) for step in self._window)

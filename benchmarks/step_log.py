@@ -1,0 +1,98 @@
+"""The served step log as a table: `python -m benchmarks.step_log SERVE_LOG [--json OUT]`.
+
+The worker logs one `voxserve step host time over N steps ...` line per window (`worker/step_timing.py`: every
+2,000 steps or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's
+rates: steps, mean decode batch, decode and prompt-carrying steps' device time (p50), the step interval (p50/p90),
+our host time (p50 of the total), each codec lane's busy share and mean batch, and the gauges (open audio streams,
+chunks waiting for a lane: p50/max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+_LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve step host time over (\d+) steps \(ms, p50/p90/p99\): (.*)$")
+_SPREAD = re.compile(r"^(?P<name>[a-z_ ]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
+_GAUGES = ("open audio streams", "chunks waiting for a lane")
+_LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
+                   r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
+
+
+def parse_line(text: str) -> dict | None:
+    """One window of the step log as a dict, or None for any other log line."""
+    match = _LINE.search(text)
+    if match is None:
+        return None
+    row: dict = {"time": match.group(1), "steps": int(match.group(2))}
+    for segment in match.group(3).split("; "):
+        lane = _LANE.match(segment)
+        if lane:
+            row[f"{lane['lane']}_busy"] = int(lane["busy"]) / 100
+            row[f"{lane['lane']}_batch"] = float(lane["mean"])
+            continue
+        spread = _SPREAD.match(segment)
+        if spread is None:
+            continue
+        name, rest = spread["name"].strip(), spread["rest"]
+        keys = ("p50", "p99", "max") if name in _GAUGES else ("p50", "p90", "p99")  # gauges: p50/p99/max
+        row[name] = dict(zip(keys, (float(spread["p50"]), float(spread["p90"]), float(spread["p99"])), strict=True))
+        batch = re.search(r"at mean batch ([\d.]+)", rest)
+        if batch:
+            row["batch"] = float(batch.group(1))
+        share = re.search(r"at mean (\d+) prompt tokens \((\d+)% of steps\)", rest)
+        if share:
+            row["prompt_tokens"], row["prefill_share"] = int(share.group(1)), int(share.group(2)) / 100
+    return row
+
+
+def parse_log(path: str | Path) -> list[dict]:
+    rows = []
+    with open(path, errors="replace") as f:
+        for text in f:
+            row = parse_line(text)
+            if row is not None:
+                rows.append(row)
+    return rows
+
+
+def _cell(row: dict, name: str, key: str = "p50", scale: float = 1.0, digits: int = 1) -> str:
+    value = row.get(name)
+    if isinstance(value, dict):
+        value = value.get(key)
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def format_table(rows: list[dict]) -> str:
+    head = ("time      steps batch decode  prefill(share)  interval p50/p90  host  urgent  background    streams  "
+            "waiting")
+    lines = [head]
+    for r in rows:
+        prefill = f"{_cell(r, 'prefill step device time')}({_cell(r, 'prefill_share', scale=100, digits=0)}%)"
+        lanes = (f"{_cell(r, 'urgent_busy', scale=100, digits=0):>3}%   "
+                 f"{_cell(r, 'background_busy', scale=100, digits=0):>3}% x{_cell(r, 'background_batch')}")
+        gauges = (f"{_cell(r, 'open audio streams', digits=0)}/{_cell(r, 'open audio streams', 'max', digits=0)}  "
+                  f"{_cell(r, 'chunks waiting for a lane', digits=0)}/"
+                  f"{_cell(r, 'chunks waiting for a lane', 'max', digits=0)}")
+        lines.append(f"{r['time']}  {r['steps']:5d} {_cell(r, 'batch'):>5} {_cell(r, 'decode device time'):>6}  "
+                     f"{prefill:>14}  {_cell(r, 'step interval'):>7}/{_cell(r, 'step interval', 'p90'):<7}  "
+                     f"{_cell(r, 'total', digits=2):>4}  {lanes}  {gauges}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("log")
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args(argv)
+    rows = parse_log(args.log)
+    print(format_table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

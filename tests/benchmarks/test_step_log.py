@@ -1,0 +1,31 @@
+from benchmarks.step_log import format_table, parse_line
+from vllm_voxserve.worker.step_timing import StepHostTimes
+
+
+def test_a_logged_window_round_trips_into_a_row():
+    lines, now = [], [0.0]
+    timer = StepHostTimes(every=4, report=lines.append, clock=lambda: now[0])
+    timer.add_device_step("decode", 8, 0.004)
+    timer.add_device_step("prefill", 120, 0.012)
+    timer.add_batch("urgent lane", 2, 0.003)
+    timer.add_batch("background lane", 16, 0.020)
+    for step in range(4):
+        now[0] += 0.010
+        timer.add("prepare", 0.0004)
+        timer.add_gauge("open audio streams", 10 + step)
+        timer.add_gauge("chunks waiting for a lane", step)
+        timer.end_step()
+    row = parse_line(f"(EngineCore pid=1) INFO 11-30 17:04:10 [step_timing.py:72] {lines[0]}")
+    assert row["time"] == "17:04:10" and row["steps"] == 4 and row["batch"] == 8.0
+    assert row["decode device time"]["p50"] == 4.0 and row["prefill step device time"]["p50"] == 12.0
+    assert row["prompt_tokens"] == 120 and row["prefill_share"] == 0.5
+    assert row["step interval"]["p50"] == 10.0 and row["total"]["p50"] == 0.4
+    # 23 ms of lane work over 30 ms of step intervals (the first step has no interval)
+    assert row["urgent_busy"] == 0.1 and row["background_busy"] == 0.67 and row["background_batch"] == 16.0
+    assert row["open audio streams"]["max"] == 13.0 and row["chunks waiting for a lane"]["max"] == 3.0
+    table = format_table([row])
+    assert "17:04:10" in table.splitlines()[1]
+
+
+def test_other_log_lines_are_not_rows():
+    assert parse_line("(APIServer pid=871) INFO 11-30 17:04:50 [loggers.py:310] Engine 000: Running: 97 reqs") is None
