@@ -58,6 +58,18 @@ def time_graph(fn, iters: int) -> tuple[float, torch.Tensor]:
     return times[len(times) // 2], out.clone()
 
 
+def make_variants(cp: CodePredictor, autotune: bool = False) -> dict[str, FusedCodePredictor | None]:
+    """The frames compared, by name (None: the reference `CodePredictor.predict_frame`); compiled lazily."""
+    variants: dict[str, FusedCodePredictor | None] = {"reference": None, "fused": FusedCodePredictor(cp)}
+    for name, kernels, mode in (("fused+compile", False, None), ("fused+compile+kernels", True, None),
+                                ("fused+autotune", False, "max-autotune-no-cudagraphs")):
+        if name == "fused+autotune" and not autotune:
+            continue
+        variants[name] = FusedCodePredictor(cp, kernels=kernels)
+        variants[name].compile(mode=mode)
+    return variants
+
+
 def profile_kernels(fn, replays: int = 5) -> None:
     """Print the kernels of `replays` replays of fn's CUDA graph, most device time first."""
     side = torch.cuda.Stream()
@@ -92,20 +104,12 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     cp = build(args.size, "cuda")
-    fused = FusedCodePredictor(cp)
-    compiled = FusedCodePredictor(cp)
-    compiled.compile()
-    with_kernel = FusedCodePredictor(cp, attention_kernel=True)
-    with_kernel.compile()
-    variants = {"reference": None, "fused": fused, "fused+compile": compiled,
-                "fused+compile+kernels": with_kernel}
-    if args.autotune:
-        variants["fused+autotune"] = FusedCodePredictor(cp)
-        variants["fused+autotune"].compile(mode="max-autotune-no-cudagraphs")
+    variants = make_variants(cp, args.autotune)
+    compiled, with_kernels = variants["fused+compile"], variants["fused+compile+kernels"]
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
         g = torch.Generator(device="cuda").manual_seed(batch)
-        hidden = torch.randn(batch, cp.small_to_mtp_projection.in_features if fused.project_hidden else
+        hidden = torch.randn(batch, cp.small_to_mtp_projection.in_features if compiled.project_hidden else
                              cp.config.hidden_size, device="cuda", generator=g).to(torch.bfloat16)
         c0 = torch.randint(0, 2048, (batch,), device="cuda", generator=g)
         temperature = torch.full((batch,), 0.9, device="cuda")
@@ -130,7 +134,7 @@ def main() -> None:
             fn = reference if variant is None else (lambda v=variant: v.frame(*fused_args))
             row[f"{name}_ms"], outs[name] = time_graph(fn, args.iters)
         if batch == args.profile_batch:
-            for variant in (compiled, with_kernel):
+            for variant in (compiled, with_kernels):
                 profile_kernels(lambda v=variant: v.frame(*fused_args))
         # bf16 rounding differs between the variants, so report agreement instead of asserting equality
         row["codes_equal_to_reference"] = {k: float((v == outs["reference"]).float().mean()) for k, v in outs.items()}

@@ -7,10 +7,10 @@ one CUDA graph per (variant, batch, frames), replays timed with CUDA events: on 
 `--codec-sms N` also on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the
 wall time of the first compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
 `graph+compile+static-frames` compiles one graph per chunk length, as the server did before its chunk length was
-made dynamic;
-`--cudnn-benchmark` lets cuDNN time its algorithms per shape (torch.backends.cudnn.benchmark) on the whole GPU; the
-partition runs after it with the search off (it fails on a green-context stream) and reuse the plans cuDNN kept, as
-the served lanes do. cuDNN keeps a shape's plan once chosen, so compare the two settings in separate processes.
+made dynamic. `--cudnn-benchmark` lets cuDNN time its algorithms per shape (torch.backends.cudnn.benchmark) on the
+whole GPU; the partition runs after it with the search off (it fails on a green-context stream) and reuses the plans
+cuDNN kept, as the served lanes do. cuDNN keeps a shape's plan once chosen, so compare the two settings in separate
+processes.
 """
 
 from __future__ import annotations
