@@ -78,11 +78,10 @@ class StepHostTimes:
             return None
         self._window_started = now
         parts = sorted({p for step in self._window for p in step})
-        columns = {p: sorted(step.get(p, 0.0) for step in self._window) for p in parts}
-        columns["total"] = sorted(sum(step.values()) for step in self._window)
+        columns = {p: [step.get(p, 0.0) for step in self._window] for p in parts}
+        columns["total"] = [sum(step.values()) for step in self._window]
         line = f"voxserve step host time over {len(self._window)} steps (ms, p50/p90/p99): " + "; ".join(
-            f"{name} {percentile(v, 0.5) * 1e3:.3f}/{percentile(v, 0.9) * 1e3:.3f}/{percentile(v, 0.99) * 1e3:.3f}"
-            for name, v in columns.items())
+            _spread(name, v) for name, v in columns.items())
         line += _spread("; step interval", self._intervals)
         if self._decode:
             line += _spread("; decode device time", [sec for _, sec in self._decode])
