@@ -27,7 +27,7 @@ class Qwen3CodecProgram:
         self.frame_rate_hz = output_sample_rate / self.samples_per_frame
 
     def make_state_pool(self, num_slots: int, device: torch.device) -> CodecStatePool:
-        return CodecStatePool(self.decoder.config, num_slots, self.state_dtype, device)
+        return CodecStatePool(self.decoder.config, num_slots, self.state_dtype, device, self.layout)
 
     def decode(self, codes: torch.Tensor, slots: torch.Tensor, pool: CodecStatePool) -> torch.Tensor:
         return decode_chunk(self.decoder, codes, slots, pool, self._step if self._compiled else None).float()

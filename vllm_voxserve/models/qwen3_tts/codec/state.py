@@ -54,14 +54,17 @@ class StateLayout:
 
 
 class CodecStatePool:
-    def __init__(self, decoder_config: CodecDecoderConfig, num_slots: int, dtype: torch.dtype, device):
+    def __init__(self, decoder_config: CodecDecoderConfig, num_slots: int, dtype: torch.dtype, device,
+                 layout: StateLayout | None = None):
+        """`layout`: a program's own (built from the same config and dtype), so that its compiled decode and the pool
+        share one."""
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
         self.config = decoder_config
         self.num_slots = num_slots
         self.dtype = dtype
         self.device = torch.device(device)
-        self.layout = StateLayout.of(decoder_config, dtype)
+        self.layout = layout or StateLayout.of(decoder_config, dtype)
         self.position = torch.zeros((num_slots,), dtype=torch.long, device=self.device)
         self.packed = torch.zeros((num_slots, self.layout.columns), dtype=dtype, device=self.device)
         self.tensors: dict[str, torch.Tensor] = {POSITION: self.position, **self.layout.unpack(self.packed)}
