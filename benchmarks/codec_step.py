@@ -7,10 +7,8 @@ one CUDA graph per (variant, batch, frames), replays timed with CUDA events: on 
 `--codec-sms N` also on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the
 wall time of the first compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
 `graph+compile+static-frames` compiles one graph per chunk length, as the server did before its chunk length was
-made dynamic. `--cudnn-benchmark` lets cuDNN time its algorithms per shape (torch.backends.cudnn.benchmark) on the
-whole GPU; the partition runs after it with the search off (it fails on a green-context stream) and reuses the plans
-cuDNN kept, as the served lanes do. cuDNN keeps a shape's plan once chosen, so compare the two settings in separate
-processes.
+made dynamic. cuDNN picks its convolution algorithms by heuristics, as in the server (its timed search was faster on
+the whole GPU but broke the codec partition's capture at served batch sizes: results/h200/2026-11-30_session5).
 """
 
 from __future__ import annotations
@@ -37,10 +35,8 @@ def main() -> None:
     ap.add_argument("--codec-sms", type=int)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--variants", default="graph,graph+compile")
-    ap.add_argument("--cudnn-benchmark", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
-    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     decoder = decoder.to("cuda", torch.bfloat16)
@@ -59,7 +55,6 @@ def main() -> None:
             codes = torch.randint(0, 2048, (batch, frames, 16), device="cuda", generator=g)
             row = {"batch": batch, "frames": frames}
             for name, program in programs.items():
-                torch.backends.cudnn.benchmark = args.cudnn_benchmark  # the first call of a shape fixes its plan
                 pool = program.make_state_pool(batch + 1, torch.device("cuda"))
                 slots = torch.arange(batch, device="cuda")
                 started = time.perf_counter()
@@ -69,14 +64,12 @@ def main() -> None:
                     row[f"{name} compile_s"] = round(time.perf_counter() - started, 1)
                 for where, capture, launch in places:
                     step = lambda p=program, q=pool: p.decode(codes, slots, q)  # noqa: E731
-                    torch.backends.cudnn.benchmark = args.cudnn_benchmark and where == "whole GPU"
                     row[f"{name} ms ({where})"] = graph_ms(lambda _batch, s=step: s, batch, capture, launch, args.reps)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "cudnn_benchmark": args.cudnn_benchmark, "rows": rows}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

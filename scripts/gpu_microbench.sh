@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (torch only; no vLLM needed): the parts named in PARTS (default "tests,cp,codec", about 7 min;
 # "fig3" alone takes about 4 min, so give it its own call): the GPU tests, the code-predictor frame (reference vs
-# fused vs compiled), the codec executable (graph vs compiled graph, whole GPU and a codec partition), "cudnn" (the
-# codec graph with cuDNN's heuristics vs its timed algorithm choice), and the Figure 3 measurements with the real-shaped backbone. Results: $OUT/microbench.tgz (plot Figure 3 later with
+# fused vs compiled), the codec executable (compiled with a dynamic chunk length, as served, vs one compile per
+# length, on the whole GPU and a 48-SM codec partition), and the Figure 3 measurements with the real-shaped backbone.
+# Results: $OUT/microbench.tgz (plot Figure 3 later with
 # `python -m benchmarks.fig3.plot fig3.json` where matplotlib is installed).
 set -uo pipefail
 final_out=${OUT:?set OUT}
@@ -19,18 +20,10 @@ if [[ $parts == *,cp,* ]]; then
     > "$res/code_predictor_step.txt" 2>&1
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
-if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile: keep to one chunk length
-  timeout -k 5 "${CODEC_T:-200}" python3 -m benchmarks.codec_step --batches 1,16 --frames 10 \
-    --codec-sms "${CODEC_SMS:-32}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
+if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (about 30 s): six here
+  timeout -k 5 "${CODEC_T:-300}" python3 -m benchmarks.codec_step --variants graph+compile,graph+compile+static-frames \
+    --batches 1,16 --frames 5,10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
-fi
-if [[ $parts == *,cudnn,* ]]; then  # cuDNN's heuristics vs its timed choice, one process each (it caches plans)
-  for mode in "" --cudnn-benchmark; do
-    timeout -k 5 "${CUDNN_T:-150}" python3 -m benchmarks.codec_step --variants graph $mode --batches 1,8,32 \
-      --frames 5,10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_cudnn${mode:+_benchmark}.json" \
-      > "$res/codec_cudnn${mode:+_benchmark}.txt" 2>&1
-  done
-  echo "cudnn ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,fig3,* ]]; then
   timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure --out "$res/fig3.json" > "$res/fig3.txt" 2>&1 \

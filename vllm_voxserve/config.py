@@ -126,17 +126,14 @@ class VoxServeConfig:
     code_predictor_graphs: bool = True
     # Our Triton kernels in the code predictor's frame on GPU (models/qwen3_tts/cp_kernels.py): each layer pass's
     # attention as one kernel instead of about seven, each sampling step's top candidates as one sorting kernel
-    # instead of torch.topk's two. Off until timed on the H200 (benchmarks/code_predictor_step.py times both).
-    code_predictor_kernels: bool = False
+    # instead of torch.topk's two. H200, compiled frame in a CUDA graph: 4.15 -> 3.87 ms at batch 2, 5.05 -> 4.17 ms
+    # at 64, 5.43 -> 5.07 ms at 128 (benchmarks/code_predictor_step.py, results/h200/2026-11-30_session5).
+    code_predictor_kernels: bool = True
     # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): two compiles at start-up (batch
     # 1, and batches >= 2 with any chunk length; codec_program.py). H200, per-length compiles, 10-frame chunks, bf16
     # graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 -> 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs
     # (benchmarks/codec_step.py, results/h200/)
     codec_compile: bool = True
-    # Let cuDNN time its algorithms for each shape of the codec lanes' graphs before capture (GPU only; the search runs
-    # on the whole GPU, see codec_lanes/executables.py). Its heuristics ran one shape with a non-tensor-core kernel,
-    # 4.3 ms a background batch (served trace, H200, benchmarks/results/h200/)
-    codec_cudnn_benchmark: bool = True
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -150,7 +147,7 @@ class VoxServeConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
         for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
-                     "codec_compile", "codec_cudnn_benchmark"):
+                     "codec_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ttfa_slo_ms <= 0:

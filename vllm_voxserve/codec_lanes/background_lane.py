@@ -16,9 +16,8 @@ from vllm_voxserve.models.program import CodecProgram, CodecStatePool
 
 def make_background_lane(program: CodecProgram, pool: CodecStatePool, partitions: Partitions,
                          frame_counts: Sequence[int], padding_slot: int, use_graphs: bool,
-                         max_batch: int, cudnn_search: bool = False) -> CodecLane:
+                         max_batch: int) -> CodecLane:
     exe = CodecExecutables(program, pool, partitions.codec_stream, partitions.codec_launch_stream,
-                           partitions.device, powers_of_two_up_to(max_batch), frame_counts, padding_slot, use_graphs,
-                           cudnn_search)
+                           partitions.device, powers_of_two_up_to(max_batch), frame_counts, padding_slot, use_graphs)
     exe.capture()
     return CodecLane(LaneKind.BACKGROUND, exe)

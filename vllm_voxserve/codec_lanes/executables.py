@@ -11,7 +11,7 @@ capture, so graphs only hold their scratch in the pool.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -41,9 +41,8 @@ class CodecExecutables:
 
     def __init__(self, program: CodecProgram, pool: CodecStatePool, capture_stream: Any, launch_stream: Any,
                  device: torch.device, buckets: Sequence[int], frame_counts: Sequence[int], padding_slot: int,
-                 use_graphs: bool, cudnn_search: bool = False) -> None:
+                 use_graphs: bool) -> None:
         self.program, self.pool, self.device = program, pool, device
-        self.cudnn_search = cudnn_search
         self.capture_stream = capture_stream
         self.buckets = tuple(sorted(buckets))
         self.frame_counts = tuple(sorted(frame_counts))
@@ -84,8 +83,6 @@ class CodecExecutables:
             return
         self.slots.fill_(self.padding_slot)
         steps = {key: (lambda k=key: self._eager(*k)) for key in self.keys()}
-        if self.cudnn_search:
-            _search_cudnn_plans(steps.values())
         self._graphs = _capture_all(steps, self.capture_stream, warmup)
 
     def plan(self, codes: Sequence[torch.Tensor], slots: Sequence[int], fresh_slots: Sequence[int],
@@ -147,27 +144,6 @@ def capture_step_graphs(make_step: Callable[[int], Callable[[], Any]], buckets: 
     make_step(bucket) returns a closure over that bucket's static buffers. `stream` is the
     partition's green capture stream; replay the graphs on its primary-context launch stream."""
     return _capture_all({b: make_step(b) for b in buckets}, stream, warmup)
-
-
-def _search_cudnn_plans(steps: Iterable[Callable[[], Any]]) -> None:
-    """Let cuDNN time its algorithms for each step's convolution shapes, on an ordinary stream of the whole GPU.
-
-    cuDNN keeps the plan it settles on per shape, so the warm-up and capture on a partition that follow reuse it. The
-    search itself runs off the partitions: on a green-context stream it fails (CUDNN_STATUS_EXECUTION_FAILED, H200),
-    and so the search stays off everywhere else. Without it cuDNN's heuristics ran one codec shape with a
-    non-tensor-core kernel; with it, the codec graph of 8 or 32 five-frame chunks is 21 % faster on the whole
-    H200 (benchmarks/codec_step.py --cudnn-benchmark)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    searching = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = True
-    try:
-        with torch.cuda.stream(side):
-            for step in steps:
-                step()
-        side.synchronize()
-    finally:
-        torch.backends.cudnn.benchmark = searching
 
 
 def _capture_all(steps: dict, stream: Any, warmup: int) -> dict:

@@ -31,7 +31,6 @@ class LaneConfig:
     urgent_buckets: tuple[int, ...] = URGENT_BUCKETS
     background_max_batch: int = 64
     use_graphs: bool = True  # ignored on CPU
-    cudnn_search: bool = False  # cuDNN times its algorithms per codec shape before capture (GPU graphs only)
 
     def __post_init__(self) -> None:
         if self.max_requests < 1:
@@ -91,10 +90,9 @@ class LaneManager:
         self.slots = SlotAllocator(n)
         self.lanes: dict[LaneKind, CodecLane] = {
             LaneKind.URGENT: make_urgent_lane(program, self.pool, partitions, config.frame_counts, n,
-                                              config.use_graphs, config.urgent_buckets, config.cudnn_search),
+                                              config.use_graphs, config.urgent_buckets),
             LaneKind.BACKGROUND: make_background_lane(program, self.pool, partitions, config.frame_counts,
-                                                      n + 1, config.use_graphs, config.background_max_batch,
-                                                      config.cudnn_search),
+                                                      n + 1, config.use_graphs, config.background_max_batch),
         }
         self._requests: dict[str, _Request] = {}
         self._costs: list[BatchCost] = []

@@ -19,8 +19,8 @@ URGENT_BUCKETS = (1, 2, 4, 8)
 
 def make_urgent_lane(program: CodecProgram, pool: CodecStatePool, partitions: Partitions,
                      frame_counts: Sequence[int], padding_slot: int, use_graphs: bool,
-                     buckets: Sequence[int] = URGENT_BUCKETS, cudnn_search: bool = False) -> CodecLane:
+                     buckets: Sequence[int] = URGENT_BUCKETS) -> CodecLane:
     exe = CodecExecutables(program, pool, partitions.urgent_stream, partitions.urgent_stream, partitions.device,
-                           buckets, frame_counts, padding_slot, use_graphs, cudnn_search)
+                           buckets, frame_counts, padding_slot, use_graphs)
     exe.capture()
     return CodecLane(LaneKind.URGENT, exe)

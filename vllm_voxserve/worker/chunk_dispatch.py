@@ -64,7 +64,7 @@ class LaneDispatch:
         lanes = config.lanes
         lane_config = LaneConfig(max_requests=config.max_codec_slots, frame_counts=lanes.frame_counts,
                                  urgent_buckets=lanes.urgent_buckets, background_max_batch=lanes.background_max_batch,
-                                 use_graphs=lanes.use_graphs, cudnn_search=config.codec_cudnn_benchmark)
+                                 use_graphs=lanes.use_graphs)
         if device.type == "cuda":
             partitions = shared_partitions(SplitSpec(lanes.split.group, lanes.split.group_sms, device.index or 0))
         else:
