@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks.capacity_search import SearchConfig, SearchResult, run_search
-from benchmarks.modes import ModeSwitcher
+from benchmarks.modes import ModeSwitcher, ModeSwitchError
 from benchmarks.sweep import SweepConfig, SweepResult, run_sweep
 
 # Mode names the server is expected to offer at GET /voxserve/modes, from the baseline up.
@@ -45,17 +45,27 @@ class AblationConfig:
 
 def run_ablation(config: AblationConfig, switcher: ModeSwitcher,
                  on_update: Callable[[dict[str, SweepResult | SearchResult]], None] | None = None,
+                 switch_errors: dict[str, str] | None = None,
                  ) -> tuple[dict[str, SweepResult | SearchResult], dict[str, float]]:
     """Measure each mode in turn on the same server (and client); returns results and switch times per mode.
 
-    `on_update` sees all results so far after every rate of every mode (for partial saves).
+    `on_update` sees all results so far after every rate of every mode (for partial saves). A mode the server
+    refuses to switch to is skipped, its error kept in `switch_errors` (the other modes still run; with none
+    given, the error ends the run).
     """
     results: dict[str, SweepResult | SearchResult] = {}
     switch_s: dict[str, float] = {}
     try:
         for mode in config.modes:
             start = time.monotonic()
-            switcher.switch(mode)
+            try:
+                switcher.switch(mode)
+            except ModeSwitchError as exc:
+                if switch_errors is None:
+                    raise
+                switch_errors[mode] = str(exc)
+                print(f"mode {mode}: skipped: {exc}", file=sys.stderr, flush=True)
+                continue
             switch_s[mode] = time.monotonic() - start
             if config.load.progress:
                 print(f"mode {mode}: ready after {switch_s[mode]:.1f} s", file=sys.stderr, flush=True)

@@ -127,6 +127,8 @@ async def search_async(config: SearchConfig, warm_up: bool = True,
                 capacity = await search_capacity(evaluate, threshold, config.start_rate, config.resolution,
                                                  config.max_rate, known)
                 result.capacity[f"{threshold:.2f}"] = capacity
+                if on_update is not None:  # a threshold can settle on known probes, with no probe to report it
+                    on_update(result)
         except BudgetExhausted as exc:
             result.stop_reason = str(exc)  # thresholds without an entry in `capacity` were not settled
     return result

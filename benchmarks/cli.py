@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             body = result_body(results[label])
         record = build_record(args.command, label, args.model, config, body, command)
         record["summary"] = [one_line(name, r, load.slo, load.seeds) for name, r in results.items()]
+        skipped = extra.get("mode_switch_errors", {})
+        record["summary"] += [f"{mode}: not measured: {error}" for mode, error in skipped.items()]
         return record
 
     def save_partial(results: dict) -> None:  # after every rate, so a killed run keeps what it measured
@@ -154,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ablation":
         switcher = make_switcher(args.base_url, args.restart_command, args.ready_path, log_dir=str(out))
         extra["switcher"] = type(switcher).__name__
-        results, extra["mode_switch_s"] = run_ablation(config, switcher, on_update=save_partial)
+        extra["mode_switch_errors"] = {}  # modes the server could not switch to, each with its error
+        results, extra["mode_switch_s"] = run_ablation(config, switcher, on_update=save_partial,
+                                                       switch_errors=extra["mode_switch_errors"])
     elif sweep is not None:
         results = {label: run_sweep(sweep, on_update=lambda r: save_partial({label: r}))}
     else:
@@ -164,4 +168,4 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {json_path} and {len(pngs)} plots in {out}", file=sys.stderr)
     for line in record["summary"]:
         print(line)
-    return 0
+    return 1 if extra.get("mode_switch_errors") else 0

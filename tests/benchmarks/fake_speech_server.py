@@ -35,6 +35,7 @@ class FakeBehavior:
     stall_gap_s: float = 0.6
     delay_per_active_s: float = 0.0  # extra first-audio delay per request in flight: a server that saturates
     modes: dict[str, float] = field(default_factory=lambda: {"fast": 0.02, "slow": 0.4})  # first-audio delay
+    broken_modes: tuple[str, ...] = ()  # offered, but switching to them fails (HTTP 500), as a mode whose build fails
 
 
 class FakeSpeechServer:
@@ -92,6 +93,8 @@ class FakeSpeechServer:
 
     async def _set_mode(self, request: web.Request) -> web.Response:
         mode = (await request.json()).get("mode")
+        if mode in self.behavior.broken_modes:
+            return web.json_response({"error": {"message": f"switching to {mode!r} failed"}}, status=500)
         if mode not in self.behavior.modes:
             return web.json_response({"error": f"unknown mode {mode}"}, status=400)
         self.mode = mode

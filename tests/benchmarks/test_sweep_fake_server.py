@@ -26,8 +26,8 @@ def workload(tmp_path):
     return str(path)
 
 
-def run_cli(capsys, *args):
-    assert main([*args, "--no-progress"]) == 0
+def run_cli(capsys, *args, rc=0):
+    assert main([*args, "--no-progress"]) == rc
     return capsys.readouterr().out.strip().splitlines()
 
 
@@ -119,6 +119,19 @@ def test_capacity_search_with_short_windows(tmp_path, capsys):
     assert ">=8 req/s at 90%" in lines[0]  # no probe missed: a lower bound
 
 
+def test_search_reports_each_capacity_as_it_settles(tmp_path):
+    """Partial saves see every settled capacity, also one settled from earlier probes (no probe follows it)."""
+    path = tmp_path / "ok.txt"
+    path.write_text("plain text one\nplain text two\n")
+    seen = []
+    with FakeSpeechServer() as server:
+        load = LoadConfig(base_url=server.base_url, profile=make_profile("ours"), workload_path=str(path),
+                          window_s=2, warmup_requests=0, progress=False)
+        run_search(SearchConfig(load=load, start_rate=4, max_rate=8, resolution=4, allow_short_window=True),
+                   warm_up=False, on_update=lambda r: seen.append(dict(r.capacity)))
+    assert seen[-1] == {"0.99": 8, "0.90": 8} and len(seen) == 4  # two probes, then each threshold
+
+
 def test_ablation_switches_modes_over_http(tmp_path, workload, capsys):
     out = tmp_path / "ablation"
     with FakeSpeechServer() as server:
@@ -132,6 +145,20 @@ def test_ablation_switches_modes_over_http(tmp_path, workload, capsys):
     fast, slow = (record["modes"][m]["summaries"][0] for m in ("fast", "slow"))
     assert fast["num_met"] > 0 and slow["num_met"] == 0  # slow mode's first audio comes after 400 ms
     assert slow["ttfa_p50_s"] >= 0.4 > fast["ttfa_p50_s"]
+
+
+def test_ablation_skips_a_mode_it_cannot_switch_to_and_measures_the_rest(tmp_path, workload, capsys):
+    out = tmp_path / "ablation"
+    behavior = FakeBehavior(modes={"fast": 0.02, "lanes": 0.02, "slow": 0.4}, broken_modes=("lanes",))
+    with FakeSpeechServer(behavior) as server:
+        lines = run_cli(capsys, "ablation", "--base-url", server.base_url, "--workload", workload,
+                        "--modes", "fast,lanes,slow", "--strategy", "sweep", "--rates", "4", "--window-s", "2",
+                        "--warmup", "2", "--out", str(out), rc=1)
+        final_mode = server.mode
+    record = check_outputs(out)
+    assert final_mode == "slow" and list(record["modes"]) == ["fast", "slow"]
+    assert list(record["mode_switch_errors"]) == ["lanes"] and "HTTP 500" in record["mode_switch_errors"]["lanes"]
+    assert lines[-1].startswith("lanes: not measured: switching to 'lanes' failed")
 
 
 def test_search_probe_settles_early_once_sure_to_miss(tmp_path, workload):
