@@ -109,8 +109,8 @@ _SLIM_DROPPED = ("text", "chunk_times_s", "chunk_audio_bytes", "header_bytes", "
 
 
 def slim_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A record small enough to commit: the summaries whole, and per request its outcome, times, first-audio time
-    and chunk count, not its text or every chunk (the texts follow from `index` and the workload)."""
+    """A record small enough to commit: the summaries whole, and per request its outcome, times (to 0.1 ms),
+    first-audio time and chunk count, not its text or every chunk (the texts follow from `index` and the workload)."""
     bodies = list(record["modes"].values()) if "modes" in record else [record]
     for body in bodies:
         for run in body.get("runs", []):
@@ -120,6 +120,9 @@ def slim_record(record: dict[str, Any]) -> dict[str, Any]:
                 request["num_chunks"] = len(times)
                 for key in _SLIM_DROPPED:
                     request.pop(key, None)
+                for key, value in request.items():
+                    if isinstance(value, float):
+                        request[key] = round(value, 4)
     record["slimmed"] = True
     return record
 

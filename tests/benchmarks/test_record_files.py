@@ -7,7 +7,7 @@ from benchmarks.record import main, read_record
 
 def _record():
     request = {"index": 3, "text": "some words", "num_frames": 20, "status": 200, "outcome": "completed",
-               "chunk_times_s": [0.12, 0.5, 0.9], "chunk_audio_bytes": [1, 2, 3], "finished_s": 1.0}
+               "chunk_times_s": [0.12345678, 0.5, 0.9], "chunk_audio_bytes": [1, 2, 3], "finished_s": 1.00004999}
     return {"modes": {"lanes": {"summaries": [{"rate": 8.0}], "runs": [{"rate": 8.0, "requests": [request]}]}}}
 
 
@@ -21,7 +21,8 @@ def test_a_slimmed_record_keeps_summaries_and_each_requests_outcome_and_first_au
     lanes = slim["modes"]["lanes"]
     assert lanes["summaries"] == [{"rate": 8.0}]
     (request,) = lanes["runs"][0]["requests"]
-    assert request["first_audio_s"] == 0.12 and request["num_chunks"] == 3 and request["outcome"] == "completed"
+    assert request["first_audio_s"] == 0.1235 and request["num_chunks"] == 3 and request["outcome"] == "completed"
+    assert request["finished_s"] == 1.0 and request["num_frames"] == 20  # times to 0.1 ms, counts untouched
     assert "text" not in request and "chunk_times_s" not in request
 
 
