@@ -25,6 +25,13 @@ if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile 
     --batches 1,16 --frames 5,10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
 fi
+if [[ $parts == *,codec_old,* ]]; then  # the same codec measured by an older tree (OLD_TREE: `git archive REV
+  # vllm_voxserve benchmarks | tar -x -C DIR`, carried), side by side with this one's
+  (cd "${OLD_TREE:?set OLD_TREE}" && PYTHONPATH=. timeout -k 5 "${CODEC_T:-300}" python3 -m benchmarks.codec_step \
+    --batches 1,16 --frames 5,10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step_old.json") \
+    > "$res/codec_step_old.txt" 2>&1
+  echo "codec_old ended at ${SECONDS} s" >> "$res/times.txt"
+fi
 if [[ $parts == *,fig3,* ]]; then
   timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure --out "$res/fig3.json" > "$res/fig3.txt" 2>&1 \
     || timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure --skip-alone \
