@@ -9,6 +9,7 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import TINY_DECODER_CONFIG
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
+from vllm_voxserve.models.qwen3_tts.codec.layers import one_channel_conv
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, codec_state_shapes, decode_chunk
 
 SPF = 1920
@@ -161,6 +162,17 @@ def test_decode_chunk_rejects_bad_shapes(decoder):
         decode_chunk(decoder, torch.zeros(1, 2, 16, dtype=torch.long), torch.tensor([0]), bf16_pool)
     with pytest.raises(ValueError):
         CodecStatePool(decoder.config, num_slots=0, dtype=torch.float32, device="cpu")
+
+
+@pytest.mark.parametrize("dilation", [1, 3])
+def test_one_channel_conv_equals_conv1d(dilation):
+    """The compiled decoder's form of its last conv (see layers.CausalConv1d._conv), eagerly, against conv1d."""
+    g = torch.Generator().manual_seed(dilation)
+    x, weight, bias = torch.randn(3, 8, 40, generator=g), torch.randn(1, 8, 7, generator=g), torch.randn(1, generator=g)
+    want = torch.nn.functional.conv1d(x, weight, bias, dilation=dilation)
+    torch.testing.assert_close(one_channel_conv(x, weight, bias, dilation), want, atol=1e-5, rtol=0)
+    bf16 = one_channel_conv(x.bfloat16(), weight.bfloat16(), None, dilation)
+    assert bf16.dtype == torch.bfloat16 and bf16.shape == want.shape
 
 
 @pytest.mark.gpu

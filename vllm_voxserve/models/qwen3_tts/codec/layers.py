@@ -25,14 +25,33 @@ class CausalConv1d(nn.Module):
         self.state_name = ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.pad(x, (self.history_len, 0)))
+        return self._conv(F.pad(x, (self.history_len, 0)))
 
     def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
         if self.history_len == 0:
-            return self.conv(x)
+            return self._conv(x)
         extended = torch.cat([state[self.state_name], x], dim=-1)
         state[self.state_name] = extended[..., -self.history_len:]
-        return self.conv(extended)
+        return self._conv(extended)
+
+    def _conv(self, x: torch.Tensor) -> torch.Tensor:
+        # The last conv (to the waveform) has one output channel, for which cuDNN has no tensor-core kernel: a served
+        # H200 trace ran it as implicit_convolve_sgemm, 4.3 ms of a background batch. Compiled, it is a reduction.
+        if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
+            return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
+        return self.conv(x)
+
+
+def one_channel_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
+    """conv1d to one output channel without padding, as a weighted sum over (channel, tap) windows in float32:
+    x [B, C, T + (K-1)*dilation], weight [1, C, K] -> [B, 1, T]. Inductor fuses it into one reduction kernel; eager
+    it materializes the K windows, so the modules call it only when compiled."""
+    taps = weight.shape[-1]
+    windows = x.unfold(-1, (taps - 1) * dilation + 1, 1)[..., ::dilation]  # [B, C, T, K], a view
+    y = (windows.float() * weight[0, :, None, :].float()).sum(dim=(1, 3), keepdim=True).squeeze(-1)
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
 
 
 class CausalTransposedConv1d(nn.Module):
