@@ -7,13 +7,15 @@ one CUDA graph per (variant, batch, frames), replays timed with CUDA events: on 
 `--codec-sms N` also on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the
 wall time of the first compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
 `graph+compile+static-frames` compiles one graph per chunk length, as the server did before its chunk length was
-made dynamic. cuDNN picks its convolution algorithms by heuristics, as in the server (its timed search was faster on
+made dynamic; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutions as matrix multiplies
+(`conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions. cuDNN picks its convolution algorithms by heuristics, as in the server (its timed search was faster on
 the whole GPU but broke the codec partition's capture at served batch sizes: results/h200/2026-11-30_session5).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 
@@ -43,6 +45,7 @@ def main() -> None:
     programs = {name: Qwen3CodecProgram(decoder, torch.bfloat16, compile=name.startswith("graph+compile"),
                                         dynamic_frames=name != "graph+compile+static-frames")
                 for name in args.variants.split(",")}
+    settings = {name: _inductor_settings(name) for name in programs}
     whole = torch.cuda.Stream()
     places = [("whole GPU", whole, whole)]
     if args.codec_sms:
@@ -58,18 +61,33 @@ def main() -> None:
                 pool = program.make_state_pool(batch + 1, torch.device("cuda"))
                 slots = torch.arange(batch, device="cuda")
                 started = time.perf_counter()
-                program.decode(codes, slots, pool)
+                with settings[name]():
+                    program.decode(codes, slots, pool)
                 torch.cuda.synchronize()
                 if "compile" in name:
                     row[f"{name} compile_s"] = round(time.perf_counter() - started, 1)
                 for where, capture, launch in places:
-                    step = lambda p=program, q=pool: p.decode(codes, slots, q)  # noqa: E731
+                    step = lambda p=program, q=pool, s=settings[name]: _decode_with(s, p, codes, slots, q)  # noqa: E731
                     row[f"{name} ms ({where})"] = graph_ms(lambda _batch, s=step: s, batch, capture, launch, args.reps)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+def _inductor_settings(variant: str):
+    """A context for every call of the variant (a compile may happen at any new shape class)."""
+    if variant.endswith("+1x1mm"):
+        from torch._inductor import config as inductor_config
+
+        return lambda: inductor_config.patch(conv_1x1_as_mm=True)
+    return contextlib.nullcontext
+
+
+def _decode_with(settings, program, codes, slots, pool):
+    with settings():
+        return program.decode(codes, slots, pool)
 
 
 if __name__ == "__main__":

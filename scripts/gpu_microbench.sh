@@ -2,7 +2,8 @@
 # On the GPU machine (torch only; no vLLM needed): the parts named in PARTS (default "tests,cp,codec", about 7 min;
 # "fig3" alone takes about 4 min, so give it its own call): the GPU tests, the code-predictor frame (reference vs
 # fused vs compiled), the codec executable (compiled with a dynamic chunk length, as served, vs one compile per
-# length, on the whole GPU and a 48-SM codec partition), and the Figure 3 measurements with the real-shaped backbone.
+# length, vs 1x1 convolutions as matrix multiplies, on the whole GPU and a 48-SM codec partition; "codec_old": the
+# same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone.
 # Results: $OUT/microbench.tgz (plot Figure 3 later with
 # `python -m benchmarks.fig3.plot fig3.json` where matplotlib is installed).
 set -uo pipefail
@@ -21,14 +22,15 @@ if [[ $parts == *,cp,* ]]; then
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (about 30 s): six here
-  timeout -k 5 "${CODEC_T:-300}" python3 -m benchmarks.codec_step --variants graph+compile,graph+compile+static-frames \
-    --batches 1,16 --frames 5,10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
+  timeout -k 5 "${CODEC_T:-360}" python3 -m benchmarks.codec_step \
+    --variants graph,graph+compile,graph+compile+static-frames,graph+compile+1x1mm --batches 1,16 --frames 10 \
+    --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,codec_old,* ]]; then  # the same codec measured by an older tree (OLD_TREE: `git archive REV
   # vllm_voxserve benchmarks | tar -x -C DIR`, carried), side by side with this one's
   (cd "${OLD_TREE:?set OLD_TREE}" && PYTHONPATH=. timeout -k 5 "${CODEC_T:-300}" python3 -m benchmarks.codec_step \
-    --batches 1,16 --frames 5,10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step_old.json") \
+    --batches 1,16 --frames 10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step_old.json") \
     > "$res/codec_step_old.txt" 2>&1
   echo "codec_old ended at ${SECONDS} s" >> "$res/times.txt"
 fi
