@@ -8,14 +8,17 @@ one CUDA graph per (variant, batch, frames), replays timed with CUDA events: on 
 wall time of the first compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
 `graph+compile+static-frames` compiles one graph per chunk length, as the server did before its chunk length was
 made dynamic; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutions as matrix multiplies
-(`conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions. cuDNN picks its convolution algorithms by heuristics, as in the server (its timed search was faster on
-the whole GPU but broke the codec partition's capture at served batch sizes: results/h200/2026-11-30_session5).
+(`conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the convs
+channels-last (`Qwen3CodecProgram(channels_last=True)`). cuDNN picks its convolution algorithms by heuristics, as in
+the server (its timed search was faster on the whole GPU but broke the codec partition's capture at served batch
+sizes: results/h200/2026-11-30_session5).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import time
 
@@ -42,9 +45,7 @@ def main() -> None:
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     decoder = decoder.to("cuda", torch.bfloat16)
-    programs = {name: Qwen3CodecProgram(decoder, torch.bfloat16, compile=name.startswith("graph+compile"),
-                                        dynamic_frames=name != "graph+compile+static-frames")
-                for name in args.variants.split(",")}
+    programs = {name: make_program(decoder, name) for name in args.variants.split(",")}
     settings = {name: _inductor_settings(name) for name in programs}
     whole = torch.cuda.Stream()
     places = [("whole GPU", whole, whole)]
@@ -74,6 +75,17 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
+    """`graph`, `graph+compile` (as served), and `graph+compile+` `static-frames`, `1x1mm` or `nhwc` (the convs
+    channels-last, on a copy of the decoder)."""
+    options = variant.split("+")
+    if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc"}:
+        raise ValueError(f"unknown variant {variant!r}")
+    nhwc = "nhwc" in options
+    return Qwen3CodecProgram(copy.deepcopy(decoder) if nhwc else decoder, torch.bfloat16, compile="compile" in options,
+                             dynamic_frames="static-frames" not in options, channels_last=nhwc)
 
 
 def _inductor_settings(variant: str):

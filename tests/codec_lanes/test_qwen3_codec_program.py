@@ -170,3 +170,27 @@ def test_served_codec_settings_capture_on_the_codec_partition():
         audio = torch.cat([x.audio for x in mine]).to(want.device)
         assert audio.shape == want[i].shape
         assert ((audio - want[i]).norm() / want[i].norm()).item() < 0.02
+
+
+@torch.inference_mode()
+def test_channels_last_convs_decode_as_the_plain_ones():
+    """`channels_last=True` (2-D convs over channels-last weights, layers.use_channels_last): the same audio and state,
+    eager and compiled (CPU inductor here)."""
+    import copy
+
+    decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    outputs = {}
+    for name, kwargs in (("plain", {}), ("nhwc", {"channels_last": True}),
+                         ("nhwc+compile", {"channels_last": True, "compile": True})):
+        program = Qwen3CodecProgram(copy.deepcopy(decoder), **kwargs)
+        pool = program.make_state_pool(4, torch.device("cpu"))
+        g = torch.Generator().manual_seed(0)
+        outputs[name] = [program.decode(torch.randint(0, 32, (b, 4, 16), generator=g), torch.arange(b), pool)
+                         for b in (3, 2, 3)]
+        if name == "nhwc":
+            conv = program.decoder.decoder[0].conv
+            assert conv.weight.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
+    for name in ("nhwc", "nhwc+compile"):
+        for plain, other in zip(outputs["plain"], outputs[name], strict=True):
+            torch.testing.assert_close(other, plain, atol=1e-4, rtol=0)

@@ -1,0 +1,22 @@
+import pytest
+import torch
+
+from benchmarks.codec_step import make_program
+from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
+from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
+
+
+def test_the_compared_codecs_are_built_with_their_settings():
+    """Built on the CPU (compiling is lazy): the GPU run is the only other place this code runs."""
+    with torch.device("meta"):
+        decoder = CodecDecoder(CodecDecoderConfig())
+    programs = {name: make_program(decoder, name) for name in
+                ("graph", "graph+compile", "graph+compile+static-frames", "graph+compile+1x1mm", "graph+compile+nhwc")}
+    assert [p._compiled is not None for p in programs.values()] == [False, True, True, True, True]
+    assert programs["graph+compile"]._dynamic_dims[0] == (0, 2)
+    assert programs["graph+compile+static-frames"]._dynamic_dims[0] == (0,)
+    nhwc = programs["graph+compile+nhwc"].decoder
+    assert nhwc is not decoder and nhwc.decoder[0].channels_last and not decoder.decoder[0].channels_last
+    assert programs["graph+compile"].decoder is decoder
+    with pytest.raises(ValueError, match="unknown variant"):
+        make_program(decoder, "graph+compiled")
