@@ -134,6 +134,9 @@ class VoxServeConfig:
     # graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 -> 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs
     # (benchmarks/codec_step.py, results/h200/)
     codec_compile: bool = True
+    # The codec's convs as 2-D channels-last convs (codec/layers.use_channels_last), so cuDNN's tensor-core kernels
+    # chain without layout conversions. Off until timed on the H200 (benchmarks/codec_step.py, graph+compile+nhwc).
+    codec_channels_last: bool = False
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -147,7 +150,7 @@ class VoxServeConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
         for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
-                     "codec_compile"):
+                     "codec_compile", "codec_channels_last"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ttfa_slo_ms <= 0:

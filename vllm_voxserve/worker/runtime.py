@@ -40,7 +40,8 @@ class SpeechRuntime:
         dtype = _DTYPES[config.codec_dtype if config.codec_dtype != "auto" else
                         "bfloat16" if device.type == "cuda" else "float32"]
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
-        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda")
+        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
+                                    channels_last=config.codec_channels_last)
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()
