@@ -36,8 +36,9 @@ class CausalConv1d(nn.Module):
         return self._conv(extended)
 
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
-        # The last conv (to the waveform) has one output channel, for which cuDNN has no tensor-core kernel: a served
-        # H200 trace ran it as implicit_convolve_sgemm, 4.3 ms of a background batch. Compiled, it is a reduction.
+        # The last conv (to the waveform) has one output channel, too few for cuDNN's tensor-core kernels: most likely
+        # the implicit_convolve_sgemm of session 4's served H200 trace (4.3 ms a background batch; the trace names no
+        # shape). Compiled, it is one reduction kernel instead.
         if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
             return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         return conv_channels_last(self.conv, x) if self.channels_last else self.conv(x)
