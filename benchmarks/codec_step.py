@@ -59,22 +59,33 @@ def main() -> None:
             codes = torch.randint(0, 2048, (batch, frames, 16), device="cuda", generator=g)
             row = {"batch": batch, "frames": frames}
             for name, program in programs.items():
-                pool = program.make_state_pool(batch + 1, torch.device("cuda"))
-                slots = torch.arange(batch, device="cuda")
-                started = time.perf_counter()
-                with settings[name]():
-                    program.decode(codes, slots, pool)
-                torch.cuda.synchronize()
-                if "compile" in name:
-                    row[f"{name} compile_s"] = round(time.perf_counter() - started, 1)
-                for where, capture, launch in places:
-                    step = lambda p=program, q=pool, s=settings[name]: _decode_with(s, p, codes, slots, q)  # noqa: E731
-                    row[f"{name} ms ({where})"] = graph_ms(lambda _batch, s=step: s, batch, capture, launch, args.reps)
+                try:
+                    row.update(time_variant(name, program, settings[name], codes, places, args.reps))
+                except RuntimeError as exc:  # e.g. a cuDNN refusal: keep the other variants' timings
+                    row[f"{name} error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
             print(json.dumps(row), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+            if args.out:  # after every row, so a crash keeps what was measured
+                with open(args.out, "w") as f:
+                    json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f,
+                              indent=1)
+
+
+def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.Tensor, places, reps: int) -> dict:
+    batch = codes.shape[0]
+    pool = program.make_state_pool(batch + 1, torch.device("cuda"))
+    slots = torch.arange(batch, device="cuda")
+    row = {}
+    started = time.perf_counter()
+    with settings():
+        program.decode(codes, slots, pool)
+    torch.cuda.synchronize()
+    if "compile" in name:
+        row[f"{name} compile_s"] = round(time.perf_counter() - started, 1)
+    for where, capture, launch in places:
+        step = lambda: _decode_with(settings, program, codes, slots, pool)  # noqa: E731
+        row[f"{name} ms ({where})"] = graph_ms(lambda _batch: step, batch, capture, launch, reps)
+    return row
 
 
 def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
