@@ -86,7 +86,7 @@ def profile_kernels(fn, replays: int = 5) -> None:
         torch.cuda.synchronize()
     events = [e for e in prof.key_averages() if e.device_time_total > 0]
     total = sum(e.device_time_total for e in events)
-    print(f"kernels of {replays} frame replays: {sum(e.count for e in events)} launches, {total / 1e3:.2f} ms device "
+    print(f"kernels of {replays} graph replays: {sum(e.count for e in events)} launches, {total / 1e3:.2f} ms device "
           f"time", flush=True)
     for e in sorted(events, key=lambda e: -e.device_time_total)[:30]:
         print(f"{e.device_time_total / 1e3:9.3f} ms {e.count:6d}x {e.device_time_total / max(e.count, 1):8.2f} us  "

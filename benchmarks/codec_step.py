@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from benchmarks.code_predictor_step import profile_kernels
 from benchmarks.fig3.measure import graph_ms
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
@@ -40,6 +41,7 @@ def main() -> None:
     ap.add_argument("--codec-sms", type=int)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--variants", default="graph,graph+compile")
+    ap.add_argument("--profile-batch", type=int, default=0, help="print each variant's kernels at this batch")
     ap.add_argument("--out")
     args = ap.parse_args()
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
@@ -61,6 +63,10 @@ def main() -> None:
             for name, program in programs.items():
                 try:
                     row.update(time_variant(name, program, settings[name], codes, places, args.reps))
+                    if batch == args.profile_batch:
+                        print(f"{name}, {batch} chunks of {frames} frames, whole GPU:", flush=True)
+                        slots, pool = torch.arange(batch, device="cuda"), program.make_state_pool(batch + 1, "cuda")
+                        profile_kernels(lambda p=program, s=settings[name]: _decode_with(s, p, codes, slots, pool))
                 except RuntimeError as exc:  # e.g. a cuDNN refusal: keep the other variants' timings
                     row[f"{name} error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)

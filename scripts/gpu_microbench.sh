@@ -21,7 +21,7 @@ if [[ $parts == *,cp,* ]]; then
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (about 30 s): eight here
-  timeout -k 5 "${CODEC_T:-420}" python3 -m benchmarks.codec_step \
+  timeout -k 5 "${CODEC_T:-420}" python3 -m benchmarks.codec_step --profile-batch 16 \
     --variants graph,graph+compile,graph+compile+static-frames,graph+compile+1x1mm,graph+compile+nhwc \
     --batches 1,16 --frames 10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
