@@ -3,8 +3,9 @@
 The worker logs one `voxserve step host time over N steps ...` line per window (`worker/step_timing.py`: every
 2,000 steps or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's
 rates: steps, mean decode batch, decode and prompt-carrying steps' device time (p50), the step interval (p50/p90),
-our host time (p50 of the total), each codec lane's busy share and mean batch, and the gauges (open audio streams,
-chunks waiting for a lane: p50/max).
+our host time (p50 of the total), each codec lane's busy share and mean batch, the gauges (open audio streams,
+chunks waiting for a lane: p50/max), and the worker's part of the time to first audio of the requests that heard it
+in the window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 
 _LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve step host time over (\d+) steps \(ms, p50/p90/p99\): (.*)$")
 _SPREAD = re.compile(r"^(?P<name>[a-z_ ]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
-_GAUGES = ("open audio streams", "chunks waiting for a lane")
+_GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
+           "first audio ms after cut")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
                    r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 
@@ -67,7 +69,7 @@ def _cell(row: dict, name: str, key: str = "p50", scale: float = 1.0, digits: in
 
 def format_table(rows: list[dict]) -> str:
     head = ("time      steps batch decode  prefill(share)  interval p50/p90  host  urgent  background    streams  "
-            "waiting")
+            "waiting  to cut   to audio")
     lines = [head]
     for r in rows:
         prefill = f"{_cell(r, 'prefill step device time')}({_cell(r, 'prefill_share', scale=100, digits=0)}%)"
@@ -75,7 +77,11 @@ def format_table(rows: list[dict]) -> str:
                  f"{_cell(r, 'background_busy', scale=100, digits=0):>3}% x{_cell(r, 'background_batch')}")
         gauges = (f"{_cell(r, 'open audio streams', digits=0)}/{_cell(r, 'open audio streams', 'max', digits=0)}  "
                   f"{_cell(r, 'chunks waiting for a lane', digits=0)}/"
-                  f"{_cell(r, 'chunks waiting for a lane', 'max', digits=0)}")
+                  f"{_cell(r, 'chunks waiting for a lane', 'max', digits=0)}  "
+                  f"{_cell(r, 'first chunk ms after prefill', digits=0)}/"
+                  f"{_cell(r, 'first chunk ms after prefill', 'p99', digits=0)}  "
+                  f"{_cell(r, 'first audio ms after cut', digits=0)}/"
+                  f"{_cell(r, 'first audio ms after cut', 'p99', digits=0)}")
         lines.append(f"{r['time']}  {r['steps']:5d} {_cell(r, 'batch'):>5} {_cell(r, 'decode device time'):>6}  "
                      f"{prefill:>14}  {_cell(r, 'step interval'):>7}/{_cell(r, 'step interval', 'p90'):<7}  "
                      f"{_cell(r, 'total', digits=2):>4}  {lanes}  {gauges}")

@@ -14,6 +14,8 @@ def test_a_logged_window_round_trips_into_a_row():
         timer.add("prepare", 0.0004)
         timer.add_gauge("open audio streams", 10 + step)
         timer.add_gauge("chunks waiting for a lane", step)
+        timer.add_gauge("first chunk ms after prefill", 40.0 + step)
+        timer.add_gauge("first audio ms after cut", 2.5)
         timer.end_step()
     row = parse_line(f"(EngineCore pid=1) INFO 11-30 17:04:10 [step_timing.py:72] {lines[0]}")
     assert row["time"] == "17:04:10" and row["steps"] == 4 and row["batch"] == 8.0
@@ -23,8 +25,10 @@ def test_a_logged_window_round_trips_into_a_row():
     # 23 ms of lane work over 30 ms of step intervals (the first step has no interval)
     assert row["urgent_busy"] == 0.1 and row["background_busy"] == 0.67 and row["background_batch"] == 16.0
     assert row["open audio streams"]["max"] == 13.0 and row["chunks waiting for a lane"]["max"] == 3.0
+    assert row["first chunk ms after prefill"] == {"p50": 42.0, "p99": 43.0, "max": 43.0}
+    assert row["first audio ms after cut"]["p50"] == 2.5
     table = format_table([row])
-    assert "17:04:10" in table.splitlines()[1]
+    assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  2/2")
 
 
 def test_other_log_lines_are_not_rows():

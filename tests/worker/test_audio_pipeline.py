@@ -339,3 +339,24 @@ def test_inline_mode_on_gpu_decodes_through_codec_graphs_as_eagerly(tmp_path):
         np.testing.assert_allclose(audio[True, r], audio[False, r], atol=1e-5)
         # a full decode differs by TF32 convolution rounding on GPU, not by more
         np.testing.assert_allclose(audio[True, r], full_decode(program, codes[r].cuda()), atol=5e-3)
+
+
+@pytest.mark.parametrize("mode", ["inline", "lanes"])
+def test_each_first_audio_records_its_path_from_prefill_to_cut_to_audio(program, mode):
+    """Times taken from the pipeline's clock: opened at 0, first chunk cut after FIRST frames at 1 s a frame; a
+    request shorter than a first chunk is cut when it closes."""
+    pipeline, sender, _ = make_pipeline(program, mode)
+    clock = pipeline.clock
+    start = clock.now
+    pipeline.open("a", "key-a", "addr")
+    pipeline.open("short", "key-short", "addr")
+    codes = random_codes(FIRST, seed=1)
+    for i in range(FIRST):
+        clock.now = start + i + 1
+        pipeline.push(codes[i : i + 1], ["a"])
+    assert [m[0] for m in sender.of("key-a")] == ["audio"]  # the lanes are pumped in push (synchronous on CPU)
+    clock.now = start + 10
+    pipeline.push(codes[:1], ["short"])
+    pipeline.close("short")
+    pipeline.close("a")
+    assert pipeline.first_audio_paths == [(FIRST, 0.0), (10.0, 0.0)]  # the clock stood still while decoding

@@ -86,6 +86,10 @@ def test_report_tracks_frames_chunks_first_audio_and_step_costs(program):
     assert progress.audio_delivered_s == pytest.approx(4 * 0.08)
     assert before <= progress.first_audio_time <= report.now
     assert [(c.kind, c.size) for c in report.costs] == [("decode", 1), ("urgent_codec", 1)]
+    # the step log's first-audio path: one sample each, drained from the pipeline (worker time, ms)
+    gauges = runtime.host_times._gauges
+    assert len(gauges["first chunk ms after prefill"]) == 1 and len(gauges["first audio ms after cut"]) == 1
+    assert gauges["first chunk ms after prefill"][0] >= 0 and not runtime.pipeline.first_audio_paths
     runtime.finish("r")
     assert runtime.step_report().progress == []
 

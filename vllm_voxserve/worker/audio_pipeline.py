@@ -43,6 +43,8 @@ class _Stream:
     chunks_cut: int = 0  # index of the next chunk to cut (its size comes from the config's schedule)
     chunks_sent: int = 0  # chunks whose audio has been sent (lanes mode: may trail chunks_cut)
     first_audio_at: float | None = None  # when its first audio left (the pipeline's clock)
+    opened_at: float = 0.0  # when the worker took it up (its prefill), for the first-audio path
+    first_cut_at: float | None = None  # when its first chunk was cut (all of its frames existed)
     seq: int = 0  # next message number on the audio channel
     closing: bool = False  # lanes mode: finished, END follows its last audio
 
@@ -55,6 +57,9 @@ class AudioPipeline:
         self.program, self.config, self.sender, self.device, self.clock = program, config, sender, device, clock
         self.streams: dict[str, _Stream] = {}
         self.chunks_sent = 0  # over all requests, since start-up
+        # per request, at its first audio: (first chunk cut - taken up, first audio - first chunk cut) in seconds, the
+        # worker's share of its time to first audio; the runtime drains it into the step log
+        self.first_audio_paths: list[tuple[float, float]] = []
         self.pool = None  # inline mode's state pool and free slots, built on first use
         self._free_slots: list[int] = []
         self.lanes: LaneDispatch | None = None  # lanes mode's dispatcher, built on first use
@@ -113,13 +118,13 @@ class AudioPipeline:
         if self.mode is CodecMode.LANES:
             # Warm-up: reference frames decoded into the state, unheard (Base voice cloning continues them).
             self.lanes.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
-            self.streams[req_id] = _Stream(stream_key, address, None)
+            self.streams[req_id] = _Stream(stream_key, address, None, opened_at=self.clock())
             return
         if not self._free_slots:
             raise RuntimeError(f"all {self.config.max_codec_slots} codec slots are in use (raise max_codec_slots)")
         slot = self._free_slots.pop()
         self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
-        self.streams[req_id] = _Stream(stream_key, address, slot)
+        self.streams[req_id] = _Stream(stream_key, address, slot, opened_at=self.clock())
         if warmup_codes is not None and len(warmup_codes):
             self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
@@ -138,6 +143,8 @@ class AudioPipeline:
                 lanes.add_frames(req_id, 1)
             if len(pending) >= self.config.chunk_frames_at(stream.chunks_cut):
                 ready.append((req_id, stream.chunks_cut, torch.stack(pending)))
+                if stream.chunks_cut == 0:
+                    stream.first_cut_at = self.clock()
                 stream.chunks_cut += 1
                 stream.pending = []
         if self.mode is CodecMode.INLINE:
@@ -158,6 +165,8 @@ class AudioPipeline:
         if error is not None:
             self._end(req_id, error)
             return
+        if stream.pending and stream.chunks_cut == 0:  # shorter than a first chunk
+            stream.first_cut_at = self.clock()
         if self.mode is CodecMode.INLINE:
             if stream.pending:
                 self._decode([(req_id, torch.stack(stream.pending))], last=True)
@@ -234,6 +243,9 @@ class AudioPipeline:
         self.sender.send_audio(stream.address, stream.stream_key, stream.seq, audio)
         if stream.first_audio_at is None:
             stream.first_audio_at = self.clock()
+            if stream.first_cut_at is not None:  # audio follows a cut chunk; guarded all the same
+                self.first_audio_paths.append((stream.first_cut_at - stream.opened_at,
+                                               stream.first_audio_at - stream.first_cut_at))
         stream.seq += 1
         stream.chunks_sent += 1
         self.chunks_sent += 1
