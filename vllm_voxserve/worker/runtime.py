@@ -105,6 +105,10 @@ class SpeechRuntime:
         if self.device_steps is not None and layout.req_ids:
             self.device_steps.start(*_step_kind(layout))
         self.host_times.add("prepare", time.perf_counter() - started)
+        buffers = getattr(self.model, "buffers", None)
+        if buffers is not None:  # where prepare's time goes (not summed into the total: parts of prepare)
+            self.host_times.add_gauge("prepare staging wait us", round(buffers.last_wait_s * 1e6))
+            self.host_times.add_gauge("prepare copies us", round(buffers.last_copies_s * 1e6))
 
     def after_forward(self) -> None:
         started = time.perf_counter()

@@ -34,6 +34,7 @@ def test_fill_mixes_prefill_chunks_decode_rows_and_vllm_dummy_rows():
     requests["c"] = request("c", 3, 2)
     buffers.fill(StepLayout(("b", "c", "a"), (2, 1, 1), (1, 2, 7)), requests)
     assert buffers.decode_row_index.tolist() == [2, 3, 2, 2]
+    assert 0 <= buffers.last_wait_s < 1 and 0 < buffers.last_copies_s < 1  # the step log's parts of prepare
 
 
 def test_decode_past_the_trailing_text_adds_tts_pad_and_unknown_history_is_reported():

@@ -8,6 +8,7 @@ forward reads is a fixed buffer filled on the host before it, so the same forwar
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -110,6 +111,7 @@ class StepBuffers:
         self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
         pinned = torch.device(device).type == "cuda"
         self._staging = [_HostStaging(max_tokens, self.max_decode_rows, pinned) for _ in range(2 if pinned else 1)]
+        self.last_wait_s = self.last_copies_s = 0.0  # parts of the last fill's host time, for the step log
         self._fills = 0
 
     def _fill_prompt_and_replay(self, row: int, req: ServedRequest, start: int, count: int,
@@ -145,7 +147,10 @@ class StepBuffers:
             raise ValueError(f"step has {n} tokens, buffers hold {self.max_tokens}")
         staging = self._staging[self._fills % len(self._staging)]
         self._fills += 1
+        started = time.perf_counter()
         staging.claim()
+        claimed = time.perf_counter()
+        self.last_wait_s = claimed - started  # host blocked until the copies of two steps ago had run
         ints, bools, floats = staging.ints.numpy(), staging.bools.numpy(), staging.floats.numpy()
         ints[:, : n + 1] = 0
         ints[_INT_ROWS.index("write_slot"), : n + 1] = self.scratch_slot
@@ -193,6 +198,7 @@ class StepBuffers:
         decode_index[:] = d_rows[0] if d_rows else 0  # padding repeats the first decode row
         decode_index[: len(d_rows)] = d_rows
         width = max(n, 1)
+        copies_started = time.perf_counter()
         for group, names in ((staging.ints, _INT_ROWS), (staging.bools, _BOOL_ROWS), (staging.floats, _FLOAT_ROWS)):
             for i, name in enumerate(names):
                 getattr(self, name)[:width].copy_(group[i, :width], non_blocking=True)
@@ -202,4 +208,5 @@ class StepBuffers:
         # Rows past n (graph padding) keep old values; they only ever write the scratch slot.
         self.write_slot[n : self.max_tokens].fill_(self.scratch_slot)
         self.is_decode[n : self.max_tokens].fill_(False)
+        self.last_copies_s = time.perf_counter() - copies_started  # queueing the copies and fills (API calls)
         return decode_rows
