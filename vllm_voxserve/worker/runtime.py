@@ -123,6 +123,7 @@ class SpeechRuntime:
         lanes = self.pipeline.lanes
         if lanes is not None:
             self.host_times.add_gauge("chunks waiting for a lane", lanes.queued_chunks)
+            self.host_times.add_gauge("lanes pump us", round(self.pipeline.last_pump_s * 1e6))  # part of after_forward
             for lane, size, seconds in lanes.harvested:
                 self.host_times.add_batch(f"{lane} lane", size, seconds)
             lanes.harvested.clear()
