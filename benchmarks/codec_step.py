@@ -62,11 +62,8 @@ def main() -> None:
             row = {"batch": batch, "frames": frames}
             for name, program in programs.items():
                 try:
-                    row.update(time_variant(name, program, settings[name], codes, places, args.reps))
-                    if batch == args.profile_batch:
-                        print(f"{name}, {batch} chunks of {frames} frames, whole GPU:", flush=True)
-                        slots, pool = torch.arange(batch, device="cuda"), program.make_state_pool(batch + 1, "cuda")
-                        profile_kernels(lambda p=program, s=settings[name]: _decode_with(s, p, codes, slots, pool))
+                    row.update(time_variant(name, program, settings[name], codes, places, args.reps,
+                                            profile=batch == args.profile_batch))
                 except RuntimeError as exc:  # e.g. a cuDNN refusal: keep the other variants' timings
                     row[f"{name} error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
@@ -77,7 +74,9 @@ def main() -> None:
                               indent=1)
 
 
-def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.Tensor, places, reps: int) -> dict:
+def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.Tensor, places, reps: int,
+                 profile: bool = False) -> dict:
+    """Compile (if so) and time one variant's graph at each place; `profile` also prints its kernels (whole GPU)."""
     batch = codes.shape[0]
     pool = program.make_state_pool(batch + 1, torch.device("cuda"))
     slots = torch.arange(batch, device="cuda")
@@ -88,9 +87,12 @@ def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.T
     torch.cuda.synchronize()
     if "compile" in name:
         row[f"{name} compile_s"] = round(time.perf_counter() - started, 1)
+    step = lambda: _decode_with(settings, program, codes, slots, pool)  # noqa: E731
     for where, capture, launch in places:
-        step = lambda: _decode_with(settings, program, codes, slots, pool)  # noqa: E731
         row[f"{name} ms ({where})"] = graph_ms(lambda _batch: step, batch, capture, launch, reps)
+    if profile:
+        print(f"{name}, {batch} chunks of {codes.shape[1]} frames, whole GPU:", flush=True)
+        profile_kernels(step)
     return row
 
 
