@@ -102,9 +102,11 @@ def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
     options = variant.split("+")
     if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc"}:
         raise ValueError(f"unknown variant {variant!r}")
-    nhwc = "nhwc" in options
-    return Qwen3CodecProgram(copy.deepcopy(decoder) if nhwc else decoder, torch.bfloat16, compile="compile" in options,
-                             dynamic_frames="static-frames" not in options, channels_last=nhwc)
+    # A compiled variant gets its own copy of the decoder: on a shared one dynamo reuses the first variant's graphs
+    # (inductor's settings are not among its guards), as session 6's run showed (compile_s 0, same times).
+    compiled = "compile" in options
+    return Qwen3CodecProgram(copy.deepcopy(decoder) if compiled else decoder, torch.bfloat16, compile=compiled,
+                             dynamic_frames="static-frames" not in options, channels_last="nhwc" in options)
 
 
 def _inductor_settings(variant: str):

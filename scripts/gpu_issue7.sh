@@ -12,7 +12,7 @@ cfg=${VOXSERVE_CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frame
 SECONDS=0
 OUT=$res KEEP_SERVER=1 SERVE_ARGS="--additional-config $cfg" \
   ABLATION_ARGS="--modes ${MODES:-vllm-stock,inline,lanes} --strategy search --chain-start --seeds ${SEEDS:-0}
-  --start-rate ${START_RATE:-16} --window-s ${WINDOW_S:-20} --resolution ${RESOLUTION:-8} --warmup 16
+  --search-start-rate ${START_RATE:-16} --window-s ${WINDOW_S:-20} --resolution ${RESOLUTION:-8} --warmup 16
   --time-budget-s ${BUDGET_S:-120}" \
   timeout -k 5 "${OURS_T:-540}" bash scripts/gpu_serve_smoke.sh > "$res/run.txt" 2>&1
 echo "ended at ${SECONDS} s" >> "$res/times.txt"

@@ -21,9 +21,9 @@ if [[ $parts == *,cp,* ]]; then
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (about 30 s): eight here
-  timeout -k 5 "${CODEC_T:-420}" python3 -m benchmarks.codec_step --profile-batch 16 \
-    --variants graph,graph+compile,graph+compile+static-frames,graph+compile+1x1mm,graph+compile+nhwc \
-    --batches 1,16 --frames 10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
+  timeout -k 5 "${CODEC_T:-420}" python3 -m benchmarks.codec_step --profile-batch "${CODEC_PROFILE:-16}" \
+    --variants "${CODEC_VARIANTS:-graph,graph+compile,graph+compile+static-frames,graph+compile+1x1mm,graph+compile+nhwc}" \
+    --batches "${CODEC_BATCHES:-1,16}" --frames 10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,codec_old,* ]]; then  # the same codec measured by an older tree (OLD_TREE: `git archive REV
@@ -34,8 +34,8 @@ if [[ $parts == *,codec_old,* ]]; then  # the same codec measured by an older tr
   echo "codec_old ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,fig3,* ]]; then
-  timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure --out "$res/fig3.json" > "$res/fig3.txt" 2>&1 \
-    || timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure --skip-alone \
+  timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure ${FIG3_ARGS:-} --out "$res/fig3.json" > "$res/fig3.txt" 2>&1 \
+    || timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure ${FIG3_ARGS:-} --skip-alone \
       --out "$res/fig3_skip_alone.json" > "$res/fig3_skip_alone.txt" 2>&1  # a crash: again without stage (a)
   echo "fig3 ended at ${SECONDS} s" >> "$res/times.txt"
 fi

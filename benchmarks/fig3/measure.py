@@ -36,7 +36,7 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
     return start.elapsed_time(end) / reps
 
 
-def build_codec(dtype: torch.dtype, compile: bool):
+def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False):
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
     from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -44,7 +44,7 @@ def build_codec(dtype: torch.dtype, compile: bool):
 
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
-    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile)
+    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile, channels_last=channels_last)
 
 
 def main() -> None:
@@ -56,12 +56,14 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=10)
     ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--no-codec-compile", action="store_true", help="the codec uncompiled (served default: compiled)")
+    ap.add_argument("--codec-channels-last", action="store_true", help="the codec's convs channels-last")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
     ap.add_argument("--out", default="fig3.json")
     args = ap.parse_args()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
-    backbone, codec = backbone_step_factory(context=args.context), build_codec(dtype, not args.no_codec_compile)
+    backbone, codec = backbone_step_factory(context=args.context), build_codec(dtype, not args.no_codec_compile,
+                                                                              args.codec_channels_last)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()
