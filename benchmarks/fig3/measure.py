@@ -88,6 +88,10 @@ def main() -> None:
         result["alone"].append(dict(lm_sms=parts.lm_sms, codec_sms=parts.codec_sms,
                                     backbone_step_ms=graph_ms(backbone, args.backbone_batch, parts.lm_stream,
                                                               parts.lm_launch_stream),
+                                    # the whole GPU again right after: the share in (a) is a side-by-side ratio
+                                    # (two H200 runs of the first whole-GPU figure differed by 7 %)
+                                    backbone_whole_gpu_ms=graph_ms(backbone, args.backbone_batch,
+                                                                   whole.urgent_stream, whole.urgent_stream),
                                     codec_batch1_ms=graph_ms(codec_step, 1, parts.codec_stream,
                                                              parts.codec_launch_stream)))
         save()

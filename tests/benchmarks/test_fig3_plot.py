@@ -1,6 +1,6 @@
 """Figure 3's plot from a measurement record (synthetic numbers), and its time-sharing rule."""
 
-from benchmarks.fig3.plot import above_time_sharing, draw, throughputs
+from benchmarks.fig3.plot import above_time_sharing, backbone_share, draw, throughputs
 
 
 def record():
@@ -22,6 +22,12 @@ def test_time_sharing_line():
     assert not above_time_sharing(half, ends)  # on the line is not above it
     assert above_time_sharing(dict(backbone_frames_per_s=0.9 * ends["backbone"],
                                    codec_frames_per_s=0.2 * ends["codec"]), ends)
+
+
+def test_backbone_share_uses_the_whole_gpu_step_timed_beside_it():
+    whole = dict(backbone_step_ms=10.0)
+    assert backbone_share(dict(backbone_step_ms=12.5), whole) == 0.8  # older records: the one whole-GPU figure
+    assert backbone_share(dict(backbone_step_ms=12.5, backbone_whole_gpu_ms=11.25), whole) == 0.9
 
 
 def test_draws_a_png(tmp_path):

@@ -9,7 +9,7 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import TINY_DECODER_CONFIG
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
-from vllm_voxserve.models.qwen3_tts.codec.layers import depthwise_conv, one_channel_conv
+from vllm_voxserve.models.qwen3_tts.codec.layers import one_channel_conv
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, codec_state_shapes, decode_chunk
 
 SPF = 1920
@@ -173,18 +173,6 @@ def test_one_channel_conv_equals_conv1d(dilation):
     torch.testing.assert_close(one_channel_conv(x, weight, bias, dilation), want, atol=1e-5, rtol=0)
     bf16 = one_channel_conv(x.bfloat16(), weight.bfloat16(), None, dilation)
     assert bf16.dtype == torch.bfloat16 and bf16.shape == want.shape
-
-
-@pytest.mark.parametrize("dilation", [1, 3])
-def test_depthwise_conv_equals_grouped_conv1d(dilation):
-    """The ConvNeXt blocks' depthwise conv as shifted sums (see layers.depthwise_conv), plain and channels-last."""
-    g = torch.Generator().manual_seed(10 + dilation)
-    x, weight, bias = torch.randn(3, 8, 40, generator=g), torch.randn(8, 1, 7, generator=g), torch.randn(8, generator=g)
-    want = torch.nn.functional.conv1d(x, weight, bias, dilation=dilation, groups=8)
-    torch.testing.assert_close(depthwise_conv(x, weight, bias, dilation), want, atol=1e-5, rtol=0)
-    channels_last = x.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)
-    torch.testing.assert_close(depthwise_conv(channels_last, weight, None, dilation), want - bias[:, None],
-                               atol=1e-5, rtol=0)
 
 
 @pytest.mark.gpu

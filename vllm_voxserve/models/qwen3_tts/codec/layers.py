@@ -41,8 +41,6 @@ class CausalConv1d(nn.Module):
         # shape). Compiled, it is one reduction kernel instead.
         if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
             return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
-        if self.conv.groups > 1 and self.conv.groups == self.conv.in_channels == self.conv.out_channels:
-            return depthwise_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         return conv_channels_last(self.conv, x) if self.channels_last else self.conv(x)
 
 
@@ -55,21 +53,6 @@ def one_channel_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     y = (windows.float() * weight[0, :, None, :].float()).sum(dim=(1, 3), keepdim=True).squeeze(-1)
     if bias is not None:
         y = y + bias.float()
-    return y.to(x.dtype)
-
-
-def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
-    """Depthwise conv1d without padding as a sum of shifted columns in float32: x [B, C, T + (K-1)*dilation], weight
-    [C, 1, K] -> [B, C, T]. cuDNN runs the ConvNeXt blocks' depthwise conv with a non-tensor-core kernel that took
-    1.8 ms a call at 16 chunks on the H200 (a third of the codec's batch; 88 ms channels-last); compiled, this is one
-    element-wise kernel, and its layout follows x's."""
-    taps, length = weight.shape[-1], x.shape[-1] - (weight.shape[-1] - 1) * dilation
-    w = weight[:, 0, :].float()
-    y = x[..., :length].float() * w[:, 0, None]
-    for k in range(1, taps):
-        y = y + x[..., k * dilation : k * dilation + length].float() * w[:, k, None]
-    if bias is not None:
-        y = y + bias.float()[:, None]
     return y.to(x.dtype)
 
 
