@@ -57,9 +57,9 @@ def program(tmp_path_factory):
     return Qwen3CodecProgram(load_codec_decoder(folder, torch.float32))
 
 
-def runtime_with(program) -> SpeechRuntime:
+def runtime_with(program, codec_mode: str = "auto") -> SpeechRuntime:
     runtime = SpeechRuntime.__new__(SpeechRuntime)  # no checkpoint: a fake talker, the tiny codec
-    runtime.config = VoxServeConfig(first_chunk_frames=4, chunk_frames=3)
+    runtime.config = VoxServeConfig(first_chunk_frames=4, chunk_frames=3, codec_mode=codec_mode)
     runtime.model = FakeModel()
     runtime.pipeline = AudioPipeline(program, runtime.config, FakeSender(), torch.device("cpu"))
     runtime._failed = set()
@@ -92,6 +92,22 @@ def test_report_tracks_frames_chunks_first_audio_and_step_costs(program):
     assert gauges["first chunk ms after prefill"][0] >= 0 and not runtime.pipeline.first_audio_paths
     runtime.finish("r")
     assert runtime.step_report().progress == []
+
+
+def test_step_log_splits_the_lanes_pump_into_its_parts(program):
+    """Harvest, plan and launch host time, one sample a step; the CPU lane decodes inside the launch."""
+    runtime = runtime_with(program, codec_mode="lanes")
+    runtime.pipeline.open("r", "key", "ipc://unused")
+    runtime.prepare_step(StepLayout(("r",), (20,), (0,)))
+    runtime.after_forward()
+    for position in range(20, 24):  # the fourth frame cuts the first chunk, which is launched at once
+        runtime.prepare_step(StepLayout(("r",), (1,), (position,)))
+        runtime.after_forward()
+    gauges = runtime.host_times._gauges
+    parts = [gauges[f"lanes {part} us"] for part in ("harvest", "plan", "launch")]
+    assert [len(samples) for samples in parts] == [5, 5, 5]
+    assert parts[2][:4] == [0, 0, 0, 0] and parts[2][4] > 0
+    assert set(runtime.pipeline.lanes.pump_seconds.values()) == {0.0}  # read and reset by the step log
 
 
 def test_report_attached_to_a_model_runner_output_survives_pickling(program):
