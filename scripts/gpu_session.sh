@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device session on two H200s (`nvidia-h200-x2`), after the three install calls (README, GPU section):
+# One device session on two H200s (`nvidia-h200-x2`), after the install calls (README, GPU section: piece folders):
 #   source scripts/gpu_env.sh .gpu && bash scripts/gpu_session.sh start     # launches both jobs, returns at once
 #   source scripts/gpu_env.sh .gpu && bash scripts/gpu_session.sh collect   # waits (<= 570 s), snapshots into $OUT
 # Call `collect` again within the host's 30 s warm window until it prints "all done".
