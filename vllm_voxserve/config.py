@@ -45,9 +45,11 @@ class LaneSplitConfig:
     `group` gets `group_sms` SMs, the other side the rest. Unused on CPU."""
 
     group: str = "codec"  # "codec" or "lm"
-    # The H200 runs (benchmarks/results/h200/2026-11-30_session6): at 48 req/s, 64 codec SMs met the SLO for 98 %
-    # and 93 % of requests (two runs) where 48 SMs met it for none; the codec bounds capacity since the code
-    # predictor got faster. Figure 3's split chooser also picks 64.
+    # Figure 3's split chooser picks 64 codec SMs on the H200 since the code predictor got faster (sessions 5 and 6,
+    # benchmarks/results/h200/): the codec bounds capacity, and 48 req/s of the LibriTTS workload needs about 4,700
+    # codec frames/s, where 48 SMs beside the backbone gave 5,250 and 64 gave 6,907. Served with 64, 48 req/s met
+    # the SLO for 98 % and 93 % of requests (two runs); the 48-SM server of the same session hung before it was
+    # probed there (the stale stream count fixed in the scheduler adapter), so the served A/B is still to run.
     group_sms: int = 64
 
     def __post_init__(self) -> None:

@@ -271,16 +271,29 @@ def test_stock_mode_runs_vllms_policy_untouched_and_switches_only_when_idle(asyn
 
 def test_a_request_waits_while_every_codec_slot_holds_an_open_audio_stream():
     scheduler, clock = build({"admission_mode": "prefill_first"}, max_codec_slots=2)
-    for rid in "ab":
-        scheduler.add_request(speech_request(rid, clock, max_tokens=3))
-    while any(r in scheduler.requests for r in "ab"):
-        step(scheduler, clock)
-    # vLLM is done with a and b, but the worker still decodes their audio: both slots are taken
-    decoding = StepReport(clock.t, [RequestProgress(r, 2, True, 0, 0.0) for r in "ab"])
-    step(scheduler, clock, decoding)
+    scheduler.add_request(speech_request("a", clock, max_tokens=3))
+    scheduler.add_request(speech_request("b", clock, max_tokens=100))
+    both = StepReport(clock.t, [RequestProgress("a", 2, True, 0, 0.0), RequestProgress("b", 2, False, 0, 0.0)])
+    while "a" in scheduler.requests:
+        step(scheduler, clock, both)
+    # vLLM is done with a, but the worker still decodes its audio while b generates: both slots are taken
     scheduler.add_request(speech_request("c", clock))
     for _ in range(3):
-        assert step(scheduler, clock)[1] == set()
+        assert step(scheduler, clock, both)[1] == set()
     assert "c" in scheduler.held
-    step(scheduler, clock, StepReport(clock.t, [RequestProgress("b", 2, True, 0, 0.0)]))  # a's audio ended
+    step(scheduler, clock, StepReport(clock.t, [RequestProgress("b", 5, False, 0, 0.0)]))  # a's audio ended
+    assert step(scheduler, clock)[1] == {"c"}
+
+
+def test_with_nothing_generating_the_last_reports_streams_do_not_hold_arrivals():
+    """No step runs while nothing generates, so no report says the worker's streams ended (its lanes drain them
+    before its next forward): the stale count must not hold a new request for good."""
+    scheduler, clock = build({"admission_mode": "prefill_first"}, max_codec_slots=2)
+    for rid in "ab":
+        scheduler.add_request(speech_request(rid, clock, max_tokens=3))
+    decoding = StepReport(clock.t, [RequestProgress(r, 1, False, 0, 0.0) for r in "ab"])
+    while any(r in scheduler.requests for r in "ab"):
+        step(scheduler, clock, decoding)
+    assert scheduler.audio_streams == {"a", "b"}  # as the last real step reported
+    scheduler.add_request(speech_request("c", clock))
     assert step(scheduler, clock)[1] == {"c"}

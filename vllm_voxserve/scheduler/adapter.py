@@ -175,6 +175,13 @@ class SpeechPolicyMixin:
             plan.admit = [w.request_id for w in first_fit(list(self.held.values()), math.inf, self.planner.costs,
                                                           self.speech_policy)]
         self._finish_rejected()
+        if not self.running:
+            # Nothing generates: the worker ends every finished request's audio before its next forward (its lanes
+            # drain when the last generating request finishes), and no later step brings a report, so the last
+            # report's streams are stale. Counting them held every arrival while nothing ran, for good (an H200
+            # server hung so with all 256 codec slots counted). Only requests vLLM still holds can keep a slot.
+            self.audio_streams = {r for r in self.audio_streams
+                                  if r in self.requests and not self.requests[r].is_finished()}
         open_streams = len(self.audio_streams.union(self.streams))
         plan.admit = within_stream_limit(plan.admit, open_streams, self.max_audio_streams)
         for request_id in plan.admit:
