@@ -2,7 +2,7 @@ import gzip
 import json
 import lzma
 
-from benchmarks.record import main, read_record
+from benchmarks.record import git_commit, main, read_record
 
 
 def _record():
@@ -29,3 +29,10 @@ def test_a_slimmed_record_keeps_summaries_and_each_requests_outcome_and_first_au
 def test_records_committed_as_gzip_still_read(tmp_path):
     (tmp_path / "record.json.gz").write_bytes(gzip.compress(json.dumps(_record()).encode()))
     assert read_record(tmp_path) == _record()
+
+
+def test_the_commit_a_command_names_wins_over_the_trees_git(monkeypatch):
+    monkeypatch.delenv("VOXSERVE_COMMIT", raising=False)
+    assert git_commit() != "0123abc"
+    monkeypatch.setenv("VOXSERVE_COMMIT", "0123abc")
+    assert git_commit() == "0123abc"
