@@ -93,7 +93,25 @@ def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.T
     if profile:
         print(f"{name}, {batch} chunks of {codes.shape[1]} frames, whole GPU:", flush=True)
         profile_kernels(step)
+        if "compile" not in name:
+            profile_convolutions(step, torch.profiler.ProfilerActivity.CUDA)
     return row
+
+
+def profile_convolutions(step, device_activity) -> None:
+    """Print each convolution's input shapes, strides and device time, from one eager call: a graph replay's kernels
+    name no op, and two slow cuDNN calls a batch (session 6) could be any of several convs."""
+    step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, device_activity],
+                                record_shapes=True) as prof:
+        step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    rows = [e for e in prof.events() if e.name == "aten::convolution"]
+    print(f"convolutions of one eager call: {len(rows)}", flush=True)
+    for e in sorted(rows, key=lambda e: -e.device_time_total):
+        args = list(getattr(e, "concrete_inputs", None) or [])  # stride, padding, dilation, transposed, ..., groups
+        print(f"{e.device_time_total / 1e3:8.3f} ms  input, weight {e.input_shapes[:2]}  {args[3:]}", flush=True)
 
 
 def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:

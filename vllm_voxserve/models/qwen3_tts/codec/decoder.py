@@ -57,10 +57,10 @@ class ResidualVectorQuantizer(nn.Module):
         for k, layer in enumerate(self.vq.layers):
             q = F.embedding(codes[:, k], layer._codebook.table())  # [B, T, dim]
             quantized = q if quantized is None else quantized + q
-        # The 1x1 conv as a matmul over the lookups' [B, T, dim] layout. As a conv over their transpose it is, by
-        # elimination, the conv that cuDNN ran twice a batch with a non-tensor-core kernel on the H200 (1.8 ms a
-        # call at 16 chunks, a third of the batch; 88 ms with the convs channels-last; session 6's profiles).
-        # torch's CPU bf16 conv1d also miscomputes it at exactly 5 frames.
+        # The 1x1 conv as a matmul over the lookups' [B, T, dim] layout. As a conv over their transpose it is one of
+        # the suspects for the two calls a batch that cuDNN ran with a non-tensor-core kernel on the H200 (1.8 ms
+        # each at 16 chunks, a third of the batch; session 6), and torch's CPU bf16 conv1d miscomputes it at
+        # exactly 5 frames.
         return F.linear(quantized, self.output_proj.weight[:, :, 0]).transpose(1, 2)
 
 
