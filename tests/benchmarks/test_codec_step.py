@@ -17,6 +17,9 @@ def test_the_compared_codecs_are_built_with_their_settings():
     assert programs["graph+compile+static-frames"]._dynamic_dims[0] == (0,)
     nhwc = programs["graph+compile+nhwc"].decoder
     assert nhwc is not decoder and nhwc.decoder[0].channels_last and not decoder.decoder[0].channels_last
-    assert programs["graph+compile"].decoder is decoder
+    # each compiled variant on its own copy: on a shared decoder dynamo would reuse the first one's graphs
+    assert programs["graph"].decoder is decoder
+    compiled = [p.decoder for name, p in programs.items() if name != "graph"]
+    assert len({id(d) for d in compiled}) == 4 and decoder not in compiled
     with pytest.raises(ValueError, match="unknown variant"):
         make_program(decoder, "graph+compiled")
