@@ -1,39 +1,44 @@
-"""Pick the codec's conv layout for a served run from a `codec_step` result of the same session.
+"""Pick the codec's conv forms for a served run from a `codec_step` result of the same session.
 
     python -m benchmarks.codec_layout_choice codec_step.json '{"voxserve": {...}}'   # prints the config to serve
 
-The config comes back with `"codec_channels_last": true` when `graph+compile+nhwc` beat `graph+compile` on the whole
-GPU at the largest batch timed, else unchanged; the reason goes to stderr. Session 6 timed channels-last 1.5x faster
-for one chunk but 16x slower for 16 (one cuDNN kernel), so a GPU session serves it only where it measured faster."""
+Of the compiled variants timed on the whole GPU at the largest batch (`graph+compile` as served, `+nhwc`, `+gemm`,
+`+nhwc+gemm`), the fastest sets its switches (`codec_channels_last`, `codec_gemm_frame_convs`) in the config; the
+reason goes to stderr. Session 6 timed channels-last 1.5x faster for one chunk but 16x slower for 16 (one cuDNN
+kernel), so a GPU session serves a form only where it measured faster."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-SERVED, NHWC = "graph+compile ms (whole GPU)", "graph+compile+nhwc ms (whole GPU)"
+SWITCHES = {"graph+compile": {}, "graph+compile+nhwc": {"codec_channels_last": True},
+            "graph+compile+gemm": {"codec_gemm_frame_convs": True},
+            "graph+compile+nhwc+gemm": {"codec_channels_last": True, "codec_gemm_frame_convs": True}}
 
 
-def channels_last_faster(result: dict) -> tuple[bool, str]:
-    rows = [r for r in result.get("rows", []) if SERVED in r and NHWC in r]
+def fastest_variant(result: dict) -> tuple[str, str]:
+    """The fastest variant at the largest batch that timed the served one, and why (served when none timed)."""
+    served = "graph+compile ms (whole GPU)"
+    rows = [r for r in result.get("rows", []) if served in r]
     if not rows:
-        return False, "no batch timed both layouts"
+        return "graph+compile", "the served variant was not timed"
     row = max(rows, key=lambda r: r["batch"])
-    faster = row[NHWC] < row[SERVED]
-    return faster, f"batch {row['batch']}: channels-last {row[NHWC]:.2f} ms, served layout {row[SERVED]:.2f} ms"
+    times = {v: row[f"{v} ms (whole GPU)"] for v in SWITCHES if f"{v} ms (whole GPU)" in row}
+    best = min(times, key=times.get)
+    return best, f"batch {row['batch']}: " + ", ".join(f"{v} {t:.2f} ms" for v, t in times.items())
 
 
 def main(argv: list[str]) -> int:
     codec_json, config_json = argv
     try:
         with open(codec_json) as f:
-            faster, why = channels_last_faster(json.load(f))
+            best, why = fastest_variant(json.load(f))
     except (OSError, ValueError) as exc:
-        faster, why = False, f"no codec_step result ({exc})"
+        best, why = "graph+compile", f"no codec_step result ({exc})"
     config = json.loads(config_json)
-    if faster:
-        config.setdefault("voxserve", {})["codec_channels_last"] = True
-    print(f"codec layout: {'channels-last' if faster else 'as configured'} ({why})", file=sys.stderr)
+    config.setdefault("voxserve", {}).update(SWITCHES[best])
+    print(f"codec conv forms: {best} ({why})", file=sys.stderr)
     print(json.dumps(config, separators=(",", ":")))
     return 0
 

@@ -9,7 +9,8 @@ wall time of the first compiled call of that shape (0 when it reused a graph). `
 `graph+compile+static-frames` compiles one graph per chunk length, as the server did before its chunk length was
 made dynamic; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutions as matrix multiplies
 (`conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the convs
-channels-last (`Qwen3CodecProgram(channels_last=True)`). cuDNN picks its convolution algorithms by heuristics, as in
+channels-last (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the two convs at the frame rate as matmuls
+(`gemm_frame_convs=True`). cuDNN picks its convolution algorithms by heuristics, as in
 the server (its timed search was faster on the whole GPU but broke the codec partition's capture at served batch
 sizes: results/h200/2026-11-30_session5).
 """
@@ -99,7 +100,7 @@ def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.T
 
 
 def profile_convolutions(step, device_activity) -> None:
-    """Print each convolution's input shapes, strides and device time, from one eager call: a graph replay's kernels
+    """Print each convolution's input shapes and device time, from one eager call: a graph replay's kernels
     name no op, and two slow cuDNN calls a batch (session 6) could be any of several convs."""
     step()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, device_activity],
@@ -118,13 +119,14 @@ def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
     """`graph`, `graph+compile` (as served), and `graph+compile+` `static-frames`, `1x1mm` or `nhwc` (the convs
     channels-last, on a copy of the decoder)."""
     options = variant.split("+")
-    if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc"}:
+    if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc", "gemm"}:
         raise ValueError(f"unknown variant {variant!r}")
     # A compiled variant gets its own copy of the decoder: on a shared one dynamo reuses the first variant's graphs
     # (inductor's settings are not among its guards), as session 6's run showed (compile_s 0, same times).
-    compiled = "compile" in options
-    return Qwen3CodecProgram(copy.deepcopy(decoder) if compiled else decoder, torch.bfloat16, compile=compiled,
-                             dynamic_frames="static-frames" not in options, channels_last="nhwc" in options)
+    compiled, changed = "compile" in options, "nhwc" in options or "gemm" in options
+    return Qwen3CodecProgram(copy.deepcopy(decoder) if compiled or changed else decoder, torch.bfloat16,
+                             compile=compiled, dynamic_frames="static-frames" not in options,
+                             channels_last="nhwc" in options, gemm_frame_convs="gemm" in options)
 
 
 def _inductor_settings(variant: str):

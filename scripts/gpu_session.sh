@@ -8,8 +8,8 @@
 #   GPU0_PARTS. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
-#   rate), then the microbenchmarks named in GPU1_PARTS_AFTER. GPU1_NHWC_IF_FASTER=1: that server's codec convs run
-#   channels-last if GPU 1's `codec` part timed them faster (benchmarks/codec_layout_choice.py). Two servers at once: same commit, settings and GPU
+#   rate), then the microbenchmarks named in GPU1_PARTS_AFTER. GPU1_CODEC_FASTEST=1: that server runs the codec's convs in
+#   the form GPU 1's `codec` part timed fastest (channels-last, frame-rate convs as matmuls: codec_layout_choice.py). Two servers at once: same commit, settings and GPU
 #   model.
 # Each job runs in its own process session (setsid), so it outlives the call that started it while the host is warm.
 set -uo pipefail
@@ -32,7 +32,7 @@ start)
     VOXSERVE_CONFIG=${GPU1_CONFIG:-$config} GPU1_MODES=${GPU1_MODES-lanes} SEEDS=${GPU1_SEEDS:-0} \
     START_RATE=${GPU1_START:-16} BUDGET_S=${GPU1_BUDGET_S:-200} OURS_T=${GPU1_T:-420} \
     GPU1_PROFILE_RATE=${GPU1_PROFILE_RATE:-} GPU0_MAKES_CKPT=${GPU0_MODES-x} GPU1_PARTS_AFTER=${GPU1_PARTS_AFTER:-} \
-    GPU1_NHWC_IF_FASTER=${GPU1_NHWC_IF_FASTER:-} setsid "${pin1[@]}" bash -c '
+    GPU1_CODEC_FASTEST=${GPU1_CODEC_FASTEST:-} setsid "${pin1[@]}" bash -c '
       [ "$PARTS" = none ] || bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
       if [ -n "$GPU1_PROFILE_RATE" ]; then  # profile served steps under load instead of a second capacity search
         if [ -n "$GPU0_MAKES_CKPT" ]; then  # GPU 0 makes the checkpoint; else the profile script does
@@ -44,7 +44,7 @@ start)
       elif [ -n "$GPU1_MODES" ]; then
         while [ ! -e /tmp/qwen3-tts-1.7b-customvoice-random/vocab.json ]; do sleep 5; done  # GPU 0 makes it
         sleep 20
-        if [ -n "$GPU1_NHWC_IF_FASTER" ]; then  # channels-last convs only where this session timed them faster
+        if [ -n "$GPU1_CODEC_FASTEST" ]; then  # a conv form only where this session timed it faster
           VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$RES/codec_step.json" "$VOXSERVE_CONFIG" \
             2>> "$OUT/variant_choice.txt")
         fi

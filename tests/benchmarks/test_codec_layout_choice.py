@@ -1,28 +1,30 @@
 import json
 
-from benchmarks.codec_layout_choice import channels_last_faster, main
+from benchmarks.codec_layout_choice import fastest_variant, main
 
 CONFIG = '{"voxserve":{"codec_dtype":"bfloat16"}}'
 
 
-def result(served_16: float, nhwc_16: float) -> dict:
+def result(**at_16) -> dict:
+    big = {"batch": 16, **{f"graph+compile{v.replace('_', '+')} ms (whole GPU)": t for v, t in at_16.items()}}
     return {"rows": [{"batch": 1, "graph+compile ms (whole GPU)": 1.76, "graph+compile+nhwc ms (whole GPU)": 1.19},
-                     {"batch": 16, "graph+compile ms (whole GPU)": served_16,
-                      "graph+compile+nhwc ms (whole GPU)": nhwc_16}]}
+                     big]}
 
 
-def test_channels_last_is_chosen_only_where_it_was_faster_at_the_largest_batch():
-    assert channels_last_faster(result(11.31, 181.61))[0] is False  # session 6: faster at 1 chunk, not at 16
-    assert channels_last_faster(result(11.31, 5.0)) == (True, "batch 16: channels-last 5.00 ms, served layout 11.31 ms")
-    assert channels_last_faster({"rows": [{"batch": 16, "graph+compile ms (whole GPU)": 11.3}]})[0] is False
+def test_the_fastest_form_at_the_largest_batch_is_chosen():
+    assert fastest_variant(result(**{"": 11.31, "_nhwc": 181.61}))[0] == "graph+compile"  # session 6
+    best, why = fastest_variant(result(**{"": 11.31, "_nhwc": 181.61, "_gemm": 7.7, "_nhwc_gemm": 4.9}))
+    assert best == "graph+compile+nhwc+gemm" and why.startswith("batch 16: graph+compile 11.31 ms")
+    assert fastest_variant({"rows": [{"batch": 16, "graph ms (whole GPU)": 16.2}]})[0] == "graph+compile"
 
 
 def test_main_prints_the_config_to_serve(tmp_path, capsys):
-    (tmp_path / "fast.json").write_text(json.dumps(result(11.31, 5.0)))
-    (tmp_path / "slow.json").write_text(json.dumps(result(11.31, 181.61)))
-    main([str(tmp_path / "fast.json"), CONFIG])
-    assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16", "codec_channels_last": True}}
-    main([str(tmp_path / "slow.json"), CONFIG])
+    (tmp_path / "gemm.json").write_text(json.dumps(result(**{"": 11.31, "_gemm": 7.7, "_nhwc": 181.6})))
+    (tmp_path / "served.json").write_text(json.dumps(result(**{"": 11.31, "_nhwc": 181.61})))
+    main([str(tmp_path / "gemm.json"), CONFIG])
+    assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
+                                                                "codec_gemm_frame_convs": True}}
+    main([str(tmp_path / "served.json"), CONFIG])
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
     main([str(tmp_path / "missing.json"), CONFIG])  # a failed microbenchmark: serve as configured
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)

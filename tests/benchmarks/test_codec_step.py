@@ -21,5 +21,7 @@ def test_the_compared_codecs_are_built_with_their_settings():
     assert programs["graph"].decoder is decoder
     compiled = [p.decoder for name, p in programs.items() if name != "graph"]
     assert len({id(d) for d in compiled}) == 4 and decoder not in compiled
+    gemm = make_program(decoder, "graph+compile+gemm").decoder
+    assert gemm is not decoder and gemm.pre_conv.as_gemm and not decoder.pre_conv.as_gemm
     with pytest.raises(ValueError, match="unknown variant"):
         make_program(decoder, "graph+compiled")

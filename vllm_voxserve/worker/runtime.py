@@ -44,7 +44,8 @@ class SpeechRuntime:
                            "wrong (a 5-frame chunk's audio is about 40 % off); float32 is the CPU default")
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
         program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
-                                    channels_last=config.codec_channels_last)
+                                    channels_last=config.codec_channels_last,
+                                    gemm_frame_convs=config.codec_gemm_frame_convs)
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()

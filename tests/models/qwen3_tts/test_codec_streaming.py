@@ -1,5 +1,6 @@
 """Exact incremental decode: any chunk schedule, and batches of requests at different positions, give the samples of
 one full decode (tiny codec, fp32, CPU)."""
+import copy
 import itertools
 
 import pytest
@@ -9,7 +10,7 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import TINY_DECODER_CONFIG
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
-from vllm_voxserve.models.qwen3_tts.codec.layers import one_channel_conv
+from vllm_voxserve.models.qwen3_tts.codec.layers import conv_as_gemm, one_channel_conv, use_gemm
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, codec_state_shapes, decode_chunk
 
 SPF = 1920
@@ -173,6 +174,33 @@ def test_one_channel_conv_equals_conv1d(dilation):
     torch.testing.assert_close(one_channel_conv(x, weight, bias, dilation), want, atol=1e-5, rtol=0)
     bf16 = one_channel_conv(x.bfloat16(), weight.bfloat16(), None, dilation)
     assert bf16.dtype == torch.bfloat16 and bf16.shape == want.shape
+
+
+@pytest.mark.parametrize("dilation", [1, 3])
+def test_conv_as_gemm_equals_conv1d(dilation):
+    """The frame-rate convs' matmul form (layers.conv_as_gemm), plain and over a channels-last input."""
+    g = torch.Generator().manual_seed(20 + dilation)
+    x, weight, bias = torch.randn(3, 8, 40, generator=g), torch.randn(5, 8, 7, generator=g), torch.randn(5, generator=g)
+    want = torch.nn.functional.conv1d(x, weight, bias, dilation=dilation)
+    torch.testing.assert_close(conv_as_gemm(x, weight, bias, dilation), want, atol=1e-5, rtol=0)
+    channels_last = x.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)
+    torch.testing.assert_close(conv_as_gemm(channels_last, weight, None, dilation), want - bias[:, None],
+                               atol=1e-5, rtol=0)
+
+
+def test_frame_rate_convs_as_matmuls_stream_the_full_decode(decoder, requests):
+    gemm = copy.deepcopy(decoder)
+    use_gemm(gemm.frame_rate_convs())
+    assert [c.as_gemm for c in gemm.frame_rate_convs()] == [True, True] and not decoder.pre_conv.as_gemm
+    codes, full = requests[0][0], requests[1][0]
+    pool = CodecStatePool(gemm.config, num_slots=2, dtype=torch.float32, device="cpu")
+    slots = torch.tensor([0])
+    pool.reset(slots)
+    with torch.no_grad():
+        wav = torch.cat([decode_chunk(gemm, codes[None, start : start + 10], slots, pool)[0] for start in (0, 10, 20)])
+    assert (wav - full).abs().max().item() <= TOL
+    with pytest.raises(ValueError, match="grouped"):
+        use_gemm([gemm.upsample[0][1].dwconv])
 
 
 @pytest.mark.gpu

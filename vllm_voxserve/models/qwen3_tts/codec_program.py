@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
-from vllm_voxserve.models.qwen3_tts.codec.layers import use_channels_last
+from vllm_voxserve.models.qwen3_tts.codec.layers import use_channels_last, use_gemm
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, StateLayout, decode_and_pack, decode_chunk
 
 
@@ -14,10 +14,13 @@ class Qwen3CodecProgram:
 
     def __init__(self, decoder: CodecDecoder, state_dtype: torch.dtype = torch.float32,
                  output_sample_rate: int = 24000, compile: bool = False, dynamic_frames: bool = True,
-                 channels_last: bool = False) -> None:
-        """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`)."""
+                 channels_last: bool = False, gemm_frame_convs: bool = False) -> None:
+        """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`).
+        `gemm_frame_convs`: its convs at the frame rate as matmuls (`layers.use_gemm`; changes `decoder`)."""
         if channels_last:
             use_channels_last(decoder)
+        if gemm_frame_convs:
+            use_gemm(decoder.frame_rate_convs())
         self.decoder = decoder
         # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
         # its new state. Compiled on first use with the batch size and (dynamic_frames) the chunk length dynamic: one

@@ -98,6 +98,11 @@ class CodecDecoder(nn.Module):
         self.decoder = nn.ModuleList(vocoder)
         self._name_conv_states()
 
+    def frame_rate_convs(self) -> list[CausalConv1d]:
+        """The convs that run at the codes' frame rate, before the upsampling: few columns a chunk (a 10-frame chunk
+        is 12 with its history), 512-1536 channels."""
+        return [self.pre_conv, self.decoder[0]]
+
     def _name_conv_states(self) -> None:
         for name, module in self.named_modules():
             if isinstance(module, (CausalConv1d, CausalTransposedConv1d)):

@@ -24,6 +24,7 @@ class CausalConv1d(nn.Module):
         self.history_len = (kernel_size - 1) * dilation
         self.state_name = ""
         self.channels_last = False  # see use_channels_last
+        self.as_gemm = False  # see use_gemm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv(F.pad(x, (self.history_len, 0)))
@@ -41,6 +42,8 @@ class CausalConv1d(nn.Module):
         # shape). Compiled, it is one reduction kernel instead.
         if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
             return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
+        if self.as_gemm:
+            return conv_as_gemm(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         return conv_channels_last(self.conv, x) if self.channels_last else self.conv(x)
 
 
@@ -54,6 +57,24 @@ def one_channel_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     if bias is not None:
         y = y + bias.float()
     return y.to(x.dtype)
+
+
+def conv_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
+    """conv1d (one group) without padding as one matmul over the unfolded windows: x [B, C, T + (K-1)*dilation],
+    weight [O, C, K] -> [B, O, T]. For convs over few columns and many channels (the decoder's convs at the frame
+    rate), where the windows cost little to unfold and the matmul takes the tensor cores by cuBLAS's choice."""
+    taps = weight.shape[-1]
+    windows = x.unfold(-1, (taps - 1) * dilation + 1, 1)[..., ::dilation]  # [B, C, T, K], a view
+    columns = windows.permute(0, 2, 1, 3).reshape(x.shape[0], windows.shape[2], -1)  # [B, T, C*K]
+    return F.linear(columns, weight.reshape(weight.shape[0], -1), bias).transpose(1, 2)
+
+
+def use_gemm(convs: list["CausalConv1d"]) -> None:
+    """Run these convs as matmuls (`conv_as_gemm`); their parameters stay as loaded."""
+    for conv_module in convs:
+        if conv_module.conv.groups != 1:
+            raise ValueError(f"{conv_module.state_name or 'conv'}: a grouped conv does not run as one matmul")
+        conv_module.as_gemm = True
 
 
 def use_channels_last(module: nn.Module) -> None:
