@@ -204,14 +204,16 @@ def test_channels_last_convs_decode_as_the_plain_ones():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("gemm", [False, True], ids=["convs", "frame-rate-gemm"])
 @pytest.mark.parametrize("schedule", [(5, 10), (10, 5), (3, 12)])
 @torch.no_grad()
-def test_bf16_streaming_codec_stays_near_the_float32_full_decode(schedule):
+def test_bf16_streaming_codec_stays_near_the_float32_full_decode(schedule, gemm):
     """Eager bf16 chunks (as the uncompiled lanes run them) against the float32 full decode: bf16 rounding moves these
     random-weight decoders' audio by about 5 %; a shape-specific kernel fault moves it much more. (On the CPU,
     torch 2.11's bf16 conv1d is such a fault: a 1x1 conv over exactly 5 frames is 42 % off, so this runs on GPU.)"""
     import copy
 
+    from vllm_voxserve.models.qwen3_tts.codec.layers import use_gemm
     from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -220,6 +222,8 @@ def test_bf16_streaming_codec_stays_near_the_float32_full_decode(schedule):
     init_codec_decoder_weights(decoder, seed=0)
     float32 = copy.deepcopy(decoder).cuda()
     bf16 = decoder.to("cuda", torch.bfloat16)
+    if gemm:  # the frame-rate convs as matmuls (`codec_gemm_frame_convs`)
+        use_gemm(bf16.frame_rate_convs())
     codes = torch.randint(0, 2048, (2, sum(schedule), 16), generator=torch.Generator().manual_seed(3)).cuda()
     pool = CodecStatePool(bf16.config, 3, torch.bfloat16, "cuda")
     slots, start, chunks = torch.arange(2, device="cuda"), 0, []
