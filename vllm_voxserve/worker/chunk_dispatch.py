@@ -77,7 +77,7 @@ class LaneDispatch:
         # never reads it keeps only the newest)
         self.harvested: deque[tuple[str, int, float]] = deque(maxlen=4096)
         # host seconds of the pumps since the step log last read them, by part: harvest (with delivery), plan, launch
-        # (its p90 reached 7-18 ms under load on the H200; these say where)
+        # (its p99 reached 1-17 ms a step under load on the H200, against 0.1-0.5 ms at the median; these say where)
         self.pump_seconds = dict.fromkeys(("harvest", "plan", "launch"), 0.0)
 
     # request lifecycle -------------------------------------------------------------------------------------------
