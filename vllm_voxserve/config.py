@@ -121,8 +121,9 @@ class VoxServeConfig:
     # Largest number of chunks decoded in one codec batch.
     max_codec_batch: int = 16
     # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental
-    # decode is checked). Keep float32 on CPU: torch 2.11's CPU bf16 conv1d is 42 % off for a 1x1 conv over exactly 5
-    # frames (the codec's quantizer projection, i.e. every 5-frame first chunk; found on this project's CPU machine).
+    # decode is checked). torch 2.11's CPU bf16 conv1d is 42 % off for a 1x1 conv over exactly 5 frames; the codec's
+    # one such conv (the quantizer's projection) runs as a matmul since session 6, and bf16 on CPU stays within its
+    # rounding (tests/codec_lanes/test_qwen3_codec_program.py).
     codec_dtype: str = "auto"
     # The served code predictor on GPU: torch.compile its frame, and replay it from CUDA graphs per batch bucket
     # in the steps vLLM does not capture whole (both ignored on CPU).

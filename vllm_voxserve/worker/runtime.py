@@ -39,9 +39,6 @@ class SpeechRuntime:
         self.model, self.config, self.device = model, config, device
         dtype = _DTYPES[config.codec_dtype if config.codec_dtype != "auto" else
                         "bfloat16" if device.type == "cuda" else "float32"]
-        if device.type == "cpu" and dtype == torch.bfloat16:
-            logger.warning("voxserve.codec_dtype bfloat16 on CPU: torch's CPU bf16 conv1d gets some codec shapes "
-                           "wrong (a 5-frame chunk's audio is about 40 % off); float32 is the CPU default")
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
         program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
                                     channels_last=config.codec_channels_last,
