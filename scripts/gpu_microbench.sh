@@ -12,7 +12,7 @@ res=${RES:-/tmp/microbench}; mkdir -p "$res"
 parts=",${PARTS:-tests,cp,codec},"
 SECONDS=0
 if [[ $parts == *,tests,* ]]; then
-  timeout -k 5 "${TESTS_T:-300}" python3 -m pytest -q -m gpu tests/codec_lanes tests/models tests/worker \
+  timeout -k 5 "${TESTS_T:-420}" python3 -m pytest -q -m gpu tests/codec_lanes tests/models tests/worker \
     > "$res/gpu_tests.txt" 2>&1
   echo "tests ended at ${SECONDS} s" >> "$res/times.txt"
 fi
