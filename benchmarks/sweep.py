@@ -38,6 +38,9 @@ class LoadConfig:
     stop_fraction: float = 0.5  # stop after a rate where fewer than this fraction get audio within 1 s
     time_budget_s: float | None = None  # start no rate that would not end within this (from the client's start)
     progress: bool = True
+    # Before each window, wait (at most this long) until the server's /metrics show no request running or waiting:
+    # a probe cut short leaves cancelled requests draining, and the next one must not start on that backlog.
+    idle_wait_max_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -90,12 +93,13 @@ class Run:
     records: list[RequestRecord]
     elapsed_s: float = 0.0  # window plus drain
     settled_early: bool = False  # a search probe stopped once sure to miss (see LoadGenerator.measure)
+    idle_wait_s: float | None = None  # waited before the window for an idle server; None: no gauges to read
 
     def to_json(self) -> dict:
         lags = [r.sent_s - r.scheduled_s for r in self.records if r.sent_s is not None]
         return {"rate": self.rate, "seed": self.seed, "window_s": self.window_s, "started_at": self.started_at,
                 "elapsed_s": self.elapsed_s, "max_send_lag_s": max(lags, default=0.0),
-                "settled_early": self.settled_early,
+                "settled_early": self.settled_early, "idle_wait_s": self.idle_wait_s,
                 "requests": [r.to_json() for r in self.records]}
 
 
@@ -139,6 +143,20 @@ class _MissCounter:
         self.records = still_open
         self.is_settled = self._finished_misses + open_misses > self.limit
         return self.is_settled
+
+
+_IN_SERVER = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def requests_in_server(metrics_text: str) -> int | None:
+    """Requests running plus waiting from a Prometheus text page (summed over labels), or None without the gauges."""
+    total, seen = 0.0, False
+    for line in metrics_text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _IN_SERVER:
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return round(total) if seen else None
 
 
 class LoadGenerator:
@@ -191,8 +209,27 @@ class LoadGenerator:
         summary = summarize_rate(rate, window_s * len(runs), timelines, cfg.slo)
         return runs, dataclasses.replace(summary, cut_short=verdict.is_settled)
 
+    async def wait_until_idle(self) -> float | None:
+        """Seconds waited until the server's /metrics show no request running or waiting (vLLM's gauges), at most
+        `idle_wait_max_s`; None where the server exposes no such gauges."""
+        started = time.perf_counter()
+        url = self.config.base_url.rstrip("/") + "/metrics"
+        while True:
+            try:
+                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as response:
+                    busy = requests_in_server(await response.text()) if response.status == 200 else None
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                busy = None
+            waited = time.perf_counter() - started
+            if busy is None:
+                return None
+            if busy == 0 or waited >= self.config.idle_wait_max_s:
+                return waited
+            await asyncio.sleep(0.5)
+
     async def _run_window(self, rate: float, seed: int, window_s: float, planned: list[PlannedRequest],
                           verdict: _MissCounter) -> Run:
+        idle_wait_s = await self.wait_until_idle() if not verdict.is_settled else None
         records = [self._record(p.index, p.offset_s, p.text, p.num_frames) for p in planned]
         verdict.records.extend(records)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -224,7 +261,7 @@ class LoadGenerator:
         if bar is not None:
             bar.close()
         return Run(rate, seed, window_s, started_at, records, elapsed_s=time.perf_counter() - origin,
-                   settled_early=verdict.is_settled)
+                   settled_early=verdict.is_settled, idle_wait_s=idle_wait_s)
 
     def _frames(self, text: str) -> int | None:
         return frames_for_text(text, self.config.frames_per_word) if self.config.fixed_length else None

@@ -3,7 +3,8 @@
 Texts steer it: "REJECT" -> 503 with Retry-After, "FAIL" -> 500, "JSONERR" -> a JSON error with status 200,
 "STALL" -> a long gap before the third chunk.
 With response_format=wav it sends the WAV header as its own network chunk, `header_gap_s` before the first PCM.
-It also offers GET /voxserve/modes and POST /voxserve/mode; a mode sets the delay to first audio.
+It also offers GET /voxserve/modes and POST /voxserve/mode (a mode sets the delay to first audio) and GET /metrics
+with vLLM's running / waiting gauges.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class FakeBehavior:
     delay_per_active_s: float = 0.0  # extra first-audio delay per request in flight: a server that saturates
     modes: dict[str, float] = field(default_factory=lambda: {"fast": 0.02, "slow": 0.4})  # first-audio delay
     broken_modes: tuple[str, ...] = ()  # offered, but switching to them fails (HTTP 500), as a mode whose build fails
+    metrics: bool = True  # GET /metrics with vLLM's running / waiting gauges (False: 404, as a server without them)
 
 
 class FakeSpeechServer:
@@ -45,6 +47,7 @@ class FakeSpeechServer:
         self.payloads: list[dict] = []
         self.mode = "fast"
         self.active = 0
+        self.backlog_until = 0.0  # loop time until which /metrics reports one more request running (a drain)
         self.port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
@@ -76,6 +79,8 @@ class FakeSpeechServer:
         app.router.add_post("/v1/audio/speech", self._speech)
         app.router.add_get("/voxserve/modes", self._modes)
         app.router.add_post("/voxserve/mode", self._set_mode)
+        if self.behavior.metrics:
+            app.router.add_get("/metrics", self._metrics)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -87,6 +92,17 @@ class FakeSpeechServer:
         except asyncio.TimeoutError:
             pass
         await runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        running = self.active + (asyncio.get_running_loop().time() < self.backlog_until)
+        return web.Response(text=f'# HELP vllm:num_requests_running running\n'
+                                 f'vllm:num_requests_running{{model_name="fake"}} {float(running)}\n'
+                                 f'vllm:num_requests_waiting{{model_name="fake"}} 0.0\n')
+
+    def drain_for(self, seconds: float) -> None:
+        """From now on, /metrics reports a request still running for this long (thread-safe)."""
+        loop = self._loop
+        loop.call_soon_threadsafe(lambda: setattr(self, "backlog_until", loop.time() + seconds))
 
     async def _modes(self, request: web.Request) -> web.Response:
         return web.json_response({"modes": sorted(self.behavior.modes), "current": self.mode})

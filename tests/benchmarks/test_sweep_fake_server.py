@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.cli import main
 from benchmarks.client import make_profile
-from benchmarks.sweep import LoadConfig, SweepConfig, run_sweep
+from benchmarks.sweep import LoadConfig, SweepConfig, requests_in_server, run_sweep
 from benchmarks.workload import poisson_arrivals
 from benchmarks.capacity_search import SearchConfig, run_search
 from benchmarks.metrics import CANCELLED, COMPLETED, FAILED, REJECTED
@@ -172,3 +172,29 @@ def test_search_probe_settles_early_once_sure_to_miss(tmp_path, workload):
     outcomes = {r.outcome for r in run.records}
     assert CANCELLED in outcomes and result.capacity == {"0.99": 0.0, "0.90": 0.0}
     assert result.summaries[0].num_requests == len(poisson_arrivals(8, 4, 0))  # unsent ones are counted too
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+def test_a_window_waits_for_the_server_to_drain_first(tmp_path, workload, metrics):
+    """A probe cut short leaves cancelled requests draining in the server: the next window starts once vLLM's
+    gauges show none running or waiting (and at once where a server has no gauges)."""
+    with FakeSpeechServer(FakeBehavior(metrics=metrics)) as server:
+        server.drain_for(1.0)
+        load = LoadConfig(base_url=server.base_url, profile=make_profile("ours"), workload_path=workload,
+                          window_s=1, warmup_requests=0, progress=False)
+        result = run_sweep(SweepConfig(load=load, rates=(2.0,)))
+    (run,) = result.runs
+    if metrics:
+        assert 0.8 <= run.idle_wait_s < 3.0 and run.to_json()["idle_wait_s"] == run.idle_wait_s
+    else:
+        assert run.idle_wait_s is None
+
+
+def test_requests_in_server_sums_vllms_gauges():
+    page = ('# HELP vllm:num_requests_running Number of requests in model execution batches.\n'
+            'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0\n'
+            'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 7.0\n'
+            'vllm:num_preemptions_total{engine="0"} 9.0\n')
+    assert requests_in_server(page) == 5
+    assert requests_in_server("process_cpu_seconds_total 1.0\n") is None
