@@ -60,7 +60,6 @@ class AudioPipeline:
         # per request, at its first audio: (first chunk cut - taken up, first audio - first chunk cut) in seconds, the
         # worker's share of its time to first audio; the runtime drains it into the step log
         self.first_audio_paths: list[tuple[float, float]] = []
-        self.last_pump_s = 0.0  # lanes mode: host time of the last step's harvest and launch, for the step log
         self.pool = None  # inline mode's state pool and free slots, built on first use
         self._free_slots: list[int] = []
         self.lanes: LaneDispatch | None = None  # lanes mode's dispatcher, built on first use
@@ -153,9 +152,7 @@ class AudioPipeline:
             return
         for req_id, index, frames in ready:
             self.lanes.add_chunk(req_id, index, frames.clamp_(0, MAX_CODE))
-        started = time.perf_counter()
         self.lanes.pump()  # every step, even with no new chunk: harvest and launch what is due
-        self.last_pump_s = time.perf_counter() - started
 
     def close(self, req_id: str, error: str | None = None) -> None:
         """The request finished (or failed): decode what is left, then END (or ERROR) and free its slot.

@@ -124,8 +124,9 @@ class SpeechRuntime:
         lanes = self.pipeline.lanes
         if lanes is not None:
             self.host_times.add_gauge("chunks waiting for a lane", lanes.queued_chunks)
-            self.host_times.add_gauge("lanes pump us", round(self.pipeline.last_pump_s * 1e6))  # part of after_forward
-            for part, seconds in lanes.pump_seconds.items():  # every pump since the last step, by part
+            # every pump since the last step (most run in after_forward), whole and by part
+            self.host_times.add_gauge("lanes pump us", round(sum(lanes.pump_seconds.values()) * 1e6))
+            for part, seconds in lanes.pump_seconds.items():
                 self.host_times.add_gauge(f"lanes {part} us", round(seconds * 1e6))
                 lanes.pump_seconds[part] = 0.0
             for lane, size, seconds in lanes.harvested:
