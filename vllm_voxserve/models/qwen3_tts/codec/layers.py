@@ -51,8 +51,7 @@ def one_channel_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     """conv1d to one output channel without padding, as a weighted sum over (channel, tap) windows in float32:
     x [B, C, T + (K-1)*dilation], weight [1, C, K] -> [B, 1, T]. Inductor fuses it into one reduction kernel; eager
     it materializes the K windows, so the modules call it only when compiled."""
-    taps = weight.shape[-1]
-    windows = x.unfold(-1, (taps - 1) * dilation + 1, 1)[..., ::dilation]  # [B, C, T, K], a view
+    windows = _windows(x, weight.shape[-1], dilation)
     y = (windows.float() * weight[0, :, None, :].float()).sum(dim=(1, 3), keepdim=True).squeeze(-1)
     if bias is not None:
         y = y + bias.float()
@@ -63,10 +62,14 @@ def conv_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """conv1d (one group) without padding as one matmul over the unfolded windows: x [B, C, T + (K-1)*dilation],
     weight [O, C, K] -> [B, O, T]. For convs over few columns and many channels (the decoder's convs at the frame
     rate), where the windows cost little to unfold and the matmul takes the tensor cores by cuBLAS's choice."""
-    taps = weight.shape[-1]
-    windows = x.unfold(-1, (taps - 1) * dilation + 1, 1)[..., ::dilation]  # [B, C, T, K], a view
+    windows = _windows(x, weight.shape[-1], dilation)
     columns = windows.permute(0, 2, 1, 3).reshape(x.shape[0], windows.shape[2], -1)  # [B, T, C*K]
     return F.linear(columns, weight.reshape(weight.shape[0], -1), bias).transpose(1, 2)
+
+
+def _windows(x: torch.Tensor, taps: int, dilation: int) -> torch.Tensor:
+    """The conv's input windows as a view: x [B, C, T + (taps-1)*dilation] -> [B, C, T, taps]."""
+    return x.unfold(-1, (taps - 1) * dilation + 1, 1)[..., ::dilation]
 
 
 def use_gemm(convs: list["CausalConv1d"]) -> None:
