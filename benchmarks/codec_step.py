@@ -116,8 +116,8 @@ def profile_convolutions(step, device_activity) -> None:
 
 
 def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
-    """`graph`, `graph+compile` (as served), and `graph+compile+` `static-frames`, `1x1mm` or `nhwc` (the convs
-    channels-last, on a copy of the decoder)."""
+    """`graph`, `graph+compile` (as served), with any of `static-frames`, `1x1mm`, `nhwc` (the convs channels-last)
+    and `gemm` (the frame-rate convs as matmuls) added; compiled or changed variants on a copy of the decoder."""
     options = variant.split("+")
     if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc", "gemm"}:
         raise ValueError(f"unknown variant {variant!r}")
@@ -131,7 +131,7 @@ def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
 
 def _inductor_settings(variant: str):
     """A context for every call of the variant (a compile may happen at any new shape class)."""
-    if variant.endswith("+1x1mm"):
+    if "1x1mm" in variant.split("+"):
         from torch._inductor import config as inductor_config
 
         return lambda: inductor_config.patch(conv_1x1_as_mm=True)
