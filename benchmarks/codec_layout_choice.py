@@ -3,7 +3,7 @@
     python -m benchmarks.codec_layout_choice codec_step.json '{"voxserve": {...}}'   # prints the config to serve
 
 Of the compiled variants timed on the whole GPU at the largest batch (`graph+compile` as served, `+nhwc`, `+gemm`,
-`+nhwc+gemm`), the fastest sets its switches (`codec_channels_last`, `codec_gemm_frame_convs`) in the config; the
+`+nhwc+gemm`), the fastest sets its switches (`codec_channels_last`, `codec_gemm_low_rate_convs`) in the config; the
 reason goes to stderr. Session 6 timed channels-last 1.5x faster for one chunk but 16x slower for 16 (one cuDNN
 kernel), so a GPU session serves a form only where it measured faster."""
 
@@ -13,8 +13,8 @@ import json
 import sys
 
 SWITCHES = {"graph+compile": {}, "graph+compile+nhwc": {"codec_channels_last": True},
-            "graph+compile+gemm": {"codec_gemm_frame_convs": True},
-            "graph+compile+nhwc+gemm": {"codec_channels_last": True, "codec_gemm_frame_convs": True}}
+            "graph+compile+gemm": {"codec_gemm_low_rate_convs": True},
+            "graph+compile+nhwc+gemm": {"codec_channels_last": True, "codec_gemm_low_rate_convs": True}}
 
 
 def fastest_variant(result: dict) -> tuple[str, str]:

@@ -9,8 +9,8 @@ wall time of the first compiled call of that shape (0 when it reused a graph). `
 `graph+compile+static-frames` compiles one graph per chunk length, as the server did before its chunk length was
 made dynamic; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutions as matrix multiplies
 (`conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the convs
-channels-last (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the two convs at the frame rate as matmuls
-(`gemm_frame_convs=True`). cuDNN picks its convolution algorithms by heuristics, as in
+channels-last (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the convs before the upsampling (the two at the
+frame rate and the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`). cuDNN picks its convolution algorithms by heuristics, as in
 the server (its timed search was faster on the whole GPU but broke the codec partition's capture at served batch
 sizes: results/h200/2026-11-30_session5).
 """
@@ -117,7 +117,7 @@ def profile_convolutions(step, device_activity) -> None:
 
 def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
     """`graph`, `graph+compile` (as served), with any of `static-frames`, `1x1mm`, `nhwc` (the convs channels-last)
-    and `gemm` (the frame-rate convs as matmuls) added; compiled or changed variants on a copy of the decoder."""
+    and `gemm` (the low-rate convs as matmuls) added; compiled or changed variants on a copy of the decoder."""
     options = variant.split("+")
     if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc", "gemm"}:
         raise ValueError(f"unknown variant {variant!r}")
@@ -126,7 +126,7 @@ def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
     compiled, changed = "compile" in options, "nhwc" in options or "gemm" in options
     return Qwen3CodecProgram(copy.deepcopy(decoder) if compiled or changed else decoder, torch.bfloat16,
                              compile=compiled, dynamic_frames="static-frames" not in options,
-                             channels_last="nhwc" in options, gemm_frame_convs="gemm" in options)
+                             channels_last="nhwc" in options, gemm_low_rate_convs="gemm" in options)
 
 
 def _inductor_settings(variant: str):

@@ -142,10 +142,10 @@ class VoxServeConfig:
     # The codec's convs as 2-D channels-last convs (codec/layers.use_channels_last), so cuDNN's tensor-core kernels
     # chain without layout conversions. Off until timed on the H200 (benchmarks/codec_step.py, graph+compile+nhwc).
     codec_channels_last: bool = False
-    # The codec's two convs at the frame rate (before the upsampling) as matmuls over unfolded windows
-    # (codec/layers.conv_as_gemm). Off until timed on the H200: they are suspects for the two cuDNN calls a batch
-    # without tensor cores (1.8 ms each at 16 chunks, results/h200/2026-11-30_session6).
-    codec_gemm_frame_convs: bool = False
+    # The codec's convs before the upsampling (the two at the frame rate, the upsampler's two transposed convs) as
+    # matmuls (codec/layers.use_gemm). Off until timed on the H200: they are the suspects for the two cuDNN calls a
+    # batch without tensor cores (1.8 ms each at 16 chunks, results/h200/2026-11-30_session6).
+    codec_gemm_low_rate_convs: bool = False
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -159,7 +159,7 @@ class VoxServeConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
         for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
-                     "codec_compile", "codec_channels_last", "codec_gemm_frame_convs"):
+                     "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ttfa_slo_ms <= 0:

@@ -23,7 +23,7 @@ def test_main_prints_the_config_to_serve(tmp_path, capsys):
     (tmp_path / "served.json").write_text(json.dumps(result(**{"": 11.31, "_nhwc": 181.61})))
     main([str(tmp_path / "gemm.json"), CONFIG])
     assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
-                                                                "codec_gemm_frame_convs": True}}
+                                                                "codec_gemm_low_rate_convs": True}}
     main([str(tmp_path / "served.json"), CONFIG])
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
     main([str(tmp_path / "missing.json"), CONFIG])  # a failed microbenchmark: serve as configured

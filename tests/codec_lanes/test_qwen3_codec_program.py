@@ -204,7 +204,7 @@ def test_channels_last_convs_decode_as_the_plain_ones():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("gemm", [False, True], ids=["convs", "frame-rate-gemm"])
+@pytest.mark.parametrize("gemm", [False, True], ids=["convs", "low-rate-gemm"])
 @pytest.mark.parametrize("schedule", [(5, 10), (10, 5), (3, 12)])
 @torch.no_grad()
 def test_bf16_streaming_codec_stays_near_the_float32_full_decode(schedule, gemm):
@@ -222,8 +222,8 @@ def test_bf16_streaming_codec_stays_near_the_float32_full_decode(schedule, gemm)
     init_codec_decoder_weights(decoder, seed=0)
     float32 = copy.deepcopy(decoder).cuda()
     bf16 = decoder.to("cuda", torch.bfloat16)
-    if gemm:  # the frame-rate convs as matmuls (`codec_gemm_frame_convs`)
-        use_gemm(bf16.frame_rate_convs())
+    if gemm:  # the convs before the upsampling as matmuls (`codec_gemm_low_rate_convs`)
+        use_gemm(bf16.low_rate_convs())
     codes = torch.randint(0, 2048, (2, sum(schedule), 16), generator=torch.Generator().manual_seed(3)).cuda()
     pool = CodecStatePool(bf16.config, 3, torch.bfloat16, "cuda")
     slots, start, chunks = torch.arange(2, device="cuda"), 0, []

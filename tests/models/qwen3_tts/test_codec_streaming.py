@@ -10,7 +10,8 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import TINY_DECODER_CONFIG
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
-from vllm_voxserve.models.qwen3_tts.codec.layers import conv_as_gemm, one_channel_conv, use_gemm
+from vllm_voxserve.models.qwen3_tts.codec.layers import (CausalTransposedConv1d, conv_as_gemm, one_channel_conv,
+                                                         transposed_conv_as_gemm, use_gemm)
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, codec_state_shapes, decode_chunk
 
 SPF = 1920
@@ -178,7 +179,7 @@ def test_one_channel_conv_equals_conv1d(dilation):
 
 @pytest.mark.parametrize("dilation", [1, 3])
 def test_conv_as_gemm_equals_conv1d(dilation):
-    """The frame-rate convs' matmul form (layers.conv_as_gemm), plain and over a channels-last input."""
+    """The low-rate convs' matmul form (layers.conv_as_gemm), plain and over a channels-last input."""
     g = torch.Generator().manual_seed(20 + dilation)
     x, weight, bias = torch.randn(3, 8, 40, generator=g), torch.randn(5, 8, 7, generator=g), torch.randn(5, generator=g)
     want = torch.nn.functional.conv1d(x, weight, bias, dilation=dilation)
@@ -188,10 +189,10 @@ def test_conv_as_gemm_equals_conv1d(dilation):
                                atol=1e-5, rtol=0)
 
 
-def test_frame_rate_convs_as_matmuls_stream_the_full_decode(decoder, requests):
+def test_low_rate_convs_as_matmuls_stream_the_full_decode(decoder, requests):
     gemm = copy.deepcopy(decoder)
-    use_gemm(gemm.frame_rate_convs())
-    assert [c.as_gemm for c in gemm.frame_rate_convs()] == [True, True] and not decoder.pre_conv.as_gemm
+    use_gemm(gemm.low_rate_convs())
+    assert [c.as_gemm for c in gemm.low_rate_convs()] == [True] * 4 and not decoder.pre_conv.as_gemm
     codes, full = requests[0][0], requests[1][0]
     pool = CodecStatePool(gemm.config, num_slots=2, dtype=torch.float32, device="cpu")
     slots = torch.tensor([0])
@@ -201,6 +202,20 @@ def test_frame_rate_convs_as_matmuls_stream_the_full_decode(decoder, requests):
     assert (wav - full).abs().max().item() <= TOL
     with pytest.raises(ValueError, match="grouped"):
         use_gemm([gemm.upsample[0][1].dwconv])
+    with pytest.raises(ValueError, match="multiple of its stride"):
+        use_gemm([CausalTransposedConv1d(4, 4, kernel_size=3, stride=2)])
+
+
+@pytest.mark.parametrize("kernel, stride", [(2, 2), (6, 3), (16, 8)])
+def test_transposed_conv_as_gemm_equals_conv_transpose1d(kernel, stride):
+    """The upsampler's matmul form (k = stride) and the overlap-add for k = m * stride, plain and channels-last."""
+    g = torch.Generator().manual_seed(kernel)
+    x, weight, bias = torch.randn(3, 8, 11, generator=g), torch.randn(8, 5, kernel, generator=g), torch.randn(5, generator=g)
+    want = torch.nn.functional.conv_transpose1d(x, weight, bias, stride=stride)
+    torch.testing.assert_close(transposed_conv_as_gemm(x, weight, bias, stride), want, atol=1e-5, rtol=0)
+    channels_last = x.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)
+    torch.testing.assert_close(transposed_conv_as_gemm(channels_last, weight, None, stride), want - bias[:, None],
+                               atol=1e-5, rtol=0)
 
 
 @pytest.mark.gpu

@@ -98,10 +98,11 @@ class CodecDecoder(nn.Module):
         self.decoder = nn.ModuleList(vocoder)
         self._name_conv_states()
 
-    def frame_rate_convs(self) -> list[CausalConv1d]:
-        """The convs that run at the codes' frame rate, before the upsampling: few columns a chunk (a 10-frame chunk
-        is 12 with its history), 512-1536 channels."""
-        return [self.pre_conv, self.decoder[0]]
+    def low_rate_convs(self) -> list[nn.Module]:
+        """The convs over few columns and many channels: the two at the codes' frame rate (a 10-frame chunk is 12
+        columns with its history; 512-1536 channels) and the upsampler's transposed convs (kernel = stride, 1024
+        channels, at 1x and 2x the frame rate), before the vocoder's upsampling."""
+        return [self.pre_conv, *(stage[0] for stage in self.upsample), self.decoder[0]]
 
     def _name_conv_states(self) -> None:
         for name, module in self.named_modules():

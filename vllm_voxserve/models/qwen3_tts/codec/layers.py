@@ -72,11 +72,30 @@ def _windows(x: torch.Tensor, taps: int, dilation: int) -> torch.Tensor:
     return x.unfold(-1, (taps - 1) * dilation + 1, 1)[..., ::dilation]
 
 
-def use_gemm(convs: list["CausalConv1d"]) -> None:
-    """Run these convs as matmuls (`conv_as_gemm`); their parameters stay as loaded."""
+def transposed_conv_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                            stride: int) -> torch.Tensor:
+    """conv_transpose1d (one group, kernel a multiple m of the stride) as one matmul and an overlap-add of m shifted
+    copies: x [B, C, T], weight [C, O, m*stride] -> [B, O, (T-1)*stride + m*stride], as `F.conv_transpose1d`.
+    Input column t writes outputs t*stride ... t*stride + k - 1: tap block i of column t lands in output block t + i."""
+    batch, _, frames = x.shape
+    channels_out, taps = weight.shape[1], weight.shape[2]
+    blocks = taps // stride
+    z = F.linear(x.transpose(1, 2), weight.reshape(weight.shape[0], -1).t())  # [B, T, O*k]
+    z = z.reshape(batch, frames, channels_out, blocks, stride)
+    y = sum(F.pad(z[:, :, :, i], (0, 0, 0, 0, i, blocks - 1 - i)) for i in range(blocks))  # [B, T+m-1, O, s]
+    y = y.permute(0, 2, 1, 3).reshape(batch, channels_out, (frames + blocks - 1) * stride)
+    return y if bias is None else y + bias[:, None]
+
+
+def use_gemm(convs: list[nn.Module]) -> None:
+    """Run these convs (`CausalConv1d`, or `CausalTransposedConv1d` with a kernel a multiple of its stride) as
+    matmuls (`conv_as_gemm`, `transposed_conv_as_gemm`); their parameters stay as loaded."""
     for conv_module in convs:
+        name = conv_module.state_name or "conv"
         if conv_module.conv.groups != 1:
-            raise ValueError(f"{conv_module.state_name or 'conv'}: a grouped conv does not run as one matmul")
+            raise ValueError(f"{name}: a grouped conv does not run as one matmul")
+        if isinstance(conv_module, CausalTransposedConv1d) and conv_module.conv.kernel_size[0] % conv_module.stride:
+            raise ValueError(f"{name}: its kernel is not a multiple of its stride")
         conv_module.as_gemm = True
 
 
@@ -118,8 +137,11 @@ class CausalTransposedConv1d(nn.Module):
         self.history_len = -(-kernel_size // stride) - 1
         self.state_name = ""
         self.channels_last = False  # see use_channels_last
+        self.as_gemm = False  # see use_gemm
 
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
+        if self.as_gemm:
+            return transposed_conv_as_gemm(x, self.conv.weight, self.conv.bias, self.stride)
         return conv_channels_last(self.conv, x) if self.channels_last else self.conv(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
