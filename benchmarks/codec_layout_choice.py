@@ -1,6 +1,7 @@
 """Pick the codec's conv forms for a served run from a `codec_step` result of the same session.
 
     python -m benchmarks.codec_layout_choice codec_step.json '{"voxserve": {...}}'   # prints the config to serve
+    python -m benchmarks.codec_layout_choice --fig3-flags '{"voxserve": {...}}'      # the same forms for fig3.measure
 
 Of the compiled variants timed on the whole GPU at the largest batch (`graph+compile` as served, `+nhwc`, `+gemm`,
 `+nhwc+gemm`), the fastest sets its switches (`codec_channels_last`, `codec_gemm_low_rate_convs`) in the config; the
@@ -29,7 +30,19 @@ def fastest_variant(result: dict) -> tuple[str, str]:
     return best, f"batch {row['batch']}: " + ", ".join(f"{v} {t:.2f} ms" for v, t in times.items())
 
 
+FIG3_FLAGS = {"codec_channels_last": "--codec-channels-last", "codec_gemm_low_rate_convs": "--codec-gemm-low-rate-convs"}
+
+
+def fig3_flags(config: dict) -> str:
+    """`benchmarks.fig3.measure`'s flags for the conv forms a served config switches on."""
+    voxserve = config.get("voxserve", {})
+    return " ".join(flag for key, flag in FIG3_FLAGS.items() if voxserve.get(key))
+
+
 def main(argv: list[str]) -> int:
+    if argv[0] == "--fig3-flags":
+        print(fig3_flags(json.loads(argv[1])))
+        return 0
     codec_json, config_json = argv
     try:
         with open(codec_json) as f:

@@ -2,7 +2,7 @@
 # On the GPU machine (torch only; no vLLM needed): the parts named in PARTS (default "tests,cp,codec", about 10 min;
 # "fig3" alone takes about 3 min): the GPU tests, the code-predictor frame (reference vs fused vs compiled), the
 # codec executable (uncompiled, with its convolutions listed; compiled with a dynamic chunk length, as served;
-# frame-rate convs as matmuls; channels-last convs; both; on the whole GPU and a 48-SM codec partition), "codec_old"
+# low-rate convs as matmuls; channels-last convs; both; on the whole GPU and a 48-SM codec partition), "codec_old"
 # (the same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone. Results:
 # $OUT/microbench.tgz (plot Figure 3 later with `python -m benchmarks.fig3.plot fig3.json` where matplotlib is).
 set -uo pipefail

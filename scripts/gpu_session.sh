@@ -9,7 +9,8 @@
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
 #   rate), then the microbenchmarks named in GPU1_PARTS_AFTER. GPU1_CODEC_FASTEST=1: that server runs the codec's convs in
-#   the form GPU 1's `codec` part timed fastest (channels-last, frame-rate convs as matmuls: codec_layout_choice.py). Two servers at once: same commit, settings and GPU
+#   the form GPU 1's `codec` part timed fastest (channels-last, low-rate convs as matmuls: codec_layout_choice.py), and
+#   so does its Figure 3 after. Two servers at once: same commit, settings and GPU
 #   model.
 # Each job runs in its own process session (setsid), so it outlives the call that started it while the host is warm.
 set -uo pipefail
@@ -47,6 +48,7 @@ start)
         if [ -n "$GPU1_CODEC_FASTEST" ]; then  # a conv form only where this session timed it faster
           VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$RES/codec_step.json" "$VOXSERVE_CONFIG" \
             2>> "$OUT/variant_choice.txt")
+          export FIG3_ARGS="${FIG3_ARGS:-} $(python3 -m benchmarks.codec_layout_choice --fig3-flags "$VOXSERVE_CONFIG")"
         fi
         OUT=$OUT/variant RES=$OUT/run PORT=8001 MODES=$GPU1_MODES bash scripts/gpu_issue7.sh \
           > "$OUT/variant.txt" 2>&1

@@ -1,6 +1,6 @@
 import json
 
-from benchmarks.codec_layout_choice import fastest_variant, main
+from benchmarks.codec_layout_choice import fastest_variant, fig3_flags, main
 
 CONFIG = '{"voxserve":{"codec_dtype":"bfloat16"}}'
 
@@ -28,3 +28,11 @@ def test_main_prints_the_config_to_serve(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
     main([str(tmp_path / "missing.json"), CONFIG])  # a failed microbenchmark: serve as configured
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
+
+
+def test_fig3_runs_the_forms_the_server_runs(capsys):
+    assert fig3_flags(json.loads(CONFIG)) == ""
+    both = {"voxserve": {"codec_channels_last": True, "codec_gemm_low_rate_convs": True}}
+    assert fig3_flags(both) == "--codec-channels-last --codec-gemm-low-rate-convs"
+    main(["--fig3-flags", json.dumps({"voxserve": {"codec_gemm_low_rate_convs": True}})])
+    assert capsys.readouterr().out.strip() == "--codec-gemm-low-rate-convs"
