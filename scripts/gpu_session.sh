@@ -3,9 +3,11 @@
 #   source scripts/gpu_env.sh .gpu && bash scripts/gpu_session.sh start     # launches both jobs, returns at once
 #   source scripts/gpu_env.sh .gpu && bash scripts/gpu_session.sh collect   # waits (<= 570 s), snapshots into $OUT
 # Call `collect` again within the host's 30 s warm window until it prints "all done".
-# GPU 0 (cores 0-15): the issue-7 ablation on one server (scripts/gpu_issue7.sh) with CONFIG; modes, seeds and
-#   budgets from GPU0_MODES (empty: no server), SEEDS, GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in
-#   GPU0_PARTS. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
+# GPU 0 (cores 0-15): the microbenchmarks named in GPU0_PARTS_BEFORE, then the issue-7 ablation on one server
+#   (scripts/gpu_issue7.sh) with CONFIG (GPU0_CODEC_FASTEST=1: with the codec forms GPU0_PARTS_BEFORE's `codec` part
+#   timed fastest, as GPU1_CODEC_FASTEST below); modes, seeds and budgets from GPU0_MODES (empty: no server), SEEDS,
+#   GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in GPU0_PARTS. On one GPU (`nvidia-h200`) set
+#   GPU1_PARTS=none GPU1_MODES= . GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
 #   rate), then the microbenchmarks named in GPU1_PARTS_AFTER. GPU1_CODEC_FASTEST=1: that server runs the codec's convs in
@@ -24,7 +26,15 @@ start)
   config=${CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
   CUDA_VISIBLE_DEVICES=0 OUT=$root/gpu0 RES=$root/gpu0/run OURS_T=${GPU0_T:-1300} SEEDS=${SEEDS:-0,1,2} \
     MODES=${GPU0_MODES-vllm-stock,inline,lanes} BUDGET_S=${GPU0_BUDGET_S:-420} VOXSERVE_CONFIG=$config \
-    GPU0_PARTS=${GPU0_PARTS:-} setsid "${pin0[@]}" bash -c '
+    GPU0_PARTS=${GPU0_PARTS:-} GPU0_PARTS_BEFORE=${GPU0_PARTS_BEFORE:-} GPU0_CODEC_FASTEST=${GPU0_CODEC_FASTEST:-} \
+    setsid "${pin0[@]}" bash -c '
+      [ -z "$GPU0_PARTS_BEFORE" ] || RES=$OUT/micro_before PARTS=$GPU0_PARTS_BEFORE bash scripts/gpu_microbench.sh \
+        > "$OUT/micro_before.txt" 2>&1
+      if [ -n "$GPU0_CODEC_FASTEST" ]; then  # as GPU1_CODEC_FASTEST, from GPU0_PARTS_BEFORE's codec part
+        VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$OUT/micro_before/codec_step.json" \
+          "$VOXSERVE_CONFIG" 2>> "$OUT/codec_choice.txt")
+        export FIG3_ARGS="${FIG3_ARGS:-} $(python3 -m benchmarks.codec_layout_choice --fig3-flags "$VOXSERVE_CONFIG")"
+      fi
       [ -z "$MODES" ] || bash scripts/gpu_issue7.sh > "$OUT/job.txt" 2>&1
       [ -z "$GPU0_PARTS" ] || OUT=$OUT RES=$OUT/micro PARTS=$GPU0_PARTS bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
       touch "$OUT/done"' > /dev/null 2>&1 &
