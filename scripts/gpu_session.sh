@@ -30,7 +30,7 @@ start)
     setsid "${pin0[@]}" bash -c '
       [ -z "$GPU0_PARTS_BEFORE" ] || RES=$OUT/micro_before PARTS=$GPU0_PARTS_BEFORE bash scripts/gpu_microbench.sh \
         > "$OUT/micro_before.txt" 2>&1
-      if [ -n "$GPU0_CODEC_FASTEST" ]; then  # as GPU1_CODEC_FASTEST, from GPU0_PARTS_BEFORE's codec part
+      if [ -n "$GPU0_CODEC_FASTEST" ]; then  # as GPU1_CODEC_FASTEST, from the codec part of GPU0_PARTS_BEFORE
         VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$OUT/micro_before/codec_step.json" \
           "$VOXSERVE_CONFIG" 2>> "$OUT/codec_choice.txt")
         export FIG3_ARGS="${FIG3_ARGS:-} $(python3 -m benchmarks.codec_layout_choice --fig3-flags "$VOXSERVE_CONFIG")"
