@@ -15,7 +15,9 @@ import sys
 
 SWITCHES = {"graph+compile": {}, "graph+compile+nhwc": {"codec_channels_last": True},
             "graph+compile+gemm": {"codec_gemm_low_rate_convs": True},
-            "graph+compile+nhwc+gemm": {"codec_channels_last": True, "codec_gemm_low_rate_convs": True}}
+            "graph+compile+nhwc+gemm": {"codec_channels_last": True, "codec_gemm_low_rate_convs": True},
+            "graph+compile+dgemm": {"codec_gemm_wide_dilated_convs": True},
+            "graph+compile+gemm+dgemm": {"codec_gemm_low_rate_convs": True, "codec_gemm_wide_dilated_convs": True}}
 
 
 def fastest_variant(result: dict) -> tuple[str, str]:
@@ -30,7 +32,8 @@ def fastest_variant(result: dict) -> tuple[str, str]:
     return best, f"batch {row['batch']}: " + ", ".join(f"{v} {t:.2f} ms" for v, t in times.items())
 
 
-FIG3_FLAGS = {"codec_channels_last": "--codec-channels-last", "codec_gemm_low_rate_convs": "--codec-gemm-low-rate-convs"}
+FIG3_FLAGS = {"codec_channels_last": "--codec-channels-last", "codec_gemm_low_rate_convs": "--codec-gemm-low-rate-convs",
+              "codec_gemm_wide_dilated_convs": "--codec-gemm-wide-dilated-convs"}
 
 
 def fig3_flags(config: dict) -> str:

@@ -10,7 +10,8 @@ wall time of the first compiled call of that shape (0 when it reused a graph). `
 made dynamic; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutions as matrix multiplies
 (`conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the convs
 channels-last (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the convs before the upsampling (the two at the
-frame rate and the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`). cuDNN picks its convolution algorithms by heuristics, as in
+frame rate and the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`), `+dgemm` the wide
+dilated convs (`gemm_wide_dilated_convs=True`). cuDNN picks its convolution algorithms by heuristics, as in
 the server (its timed search was faster on the whole GPU but broke the codec partition's capture at served batch
 sizes: results/h200/2026-11-30_session5).
 """
@@ -117,16 +118,17 @@ def profile_convolutions(step, device_activity) -> None:
 
 def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
     """`graph`, `graph+compile` (as served), with any of `static-frames`, `1x1mm`, `nhwc` (the convs channels-last)
-    and `gemm` (the low-rate convs as matmuls) added; compiled or changed variants on a copy of the decoder."""
+    `gemm` (the low-rate convs as matmuls) and `dgemm` (the wide dilated ones) added; compiled or changed variants on a copy of the decoder."""
     options = variant.split("+")
-    if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc", "gemm"}:
+    if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc", "gemm", "dgemm"}:
         raise ValueError(f"unknown variant {variant!r}")
     # A compiled variant gets its own copy of the decoder: on a shared one dynamo reuses the first variant's graphs
     # (inductor's settings are not among its guards), as session 6's run showed (compile_s 0, same times).
-    compiled, changed = "compile" in options, "nhwc" in options or "gemm" in options
+    compiled, changed = "compile" in options, bool({"nhwc", "gemm", "dgemm"} & set(options))
     return Qwen3CodecProgram(copy.deepcopy(decoder) if compiled or changed else decoder, torch.bfloat16,
                              compile=compiled, dynamic_frames="static-frames" not in options,
-                             channels_last="nhwc" in options, gemm_low_rate_convs="gemm" in options)
+                             channels_last="nhwc" in options, gemm_low_rate_convs="gemm" in options,
+                             gemm_wide_dilated_convs="dgemm" in options)
 
 
 def _inductor_settings(variant: str):

@@ -146,6 +146,10 @@ class VoxServeConfig:
     # matmuls (codec/layers.use_gemm). Off until timed on the H200: they are the suspects for the two cuDNN calls a
     # batch without tensor cores (1.8 ms each at 16 chunks, results/h200/2026-11-30_session6).
     codec_gemm_low_rate_convs: bool = False
+    # The vocoder's wide dilated convs (768 channels, dilations 3 and 9) as matmuls over unfolded windows
+    # (codec/decoder.wide_dilated_convs): cuDNN runs them without tensor cores on the H200, 1.8 ms each at 16 chunks,
+    # a third of the codec's batch (results/h200/2026-12-01_session7).
+    codec_gemm_wide_dilated_convs: bool = False
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -159,7 +163,8 @@ class VoxServeConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
         for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
-                     "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs"):
+                     "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
+                     "codec_gemm_wide_dilated_convs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ttfa_slo_ms <= 0:

@@ -36,7 +36,8 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
     return start.elapsed_time(end) / reps
 
 
-def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, gemm_low_rate_convs: bool = False):
+def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, gemm_low_rate_convs: bool = False,
+                gemm_wide_dilated_convs: bool = False):
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
     from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -45,7 +46,7 @@ def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, 
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile, channels_last=channels_last,
-                             gemm_low_rate_convs=gemm_low_rate_convs)
+                             gemm_low_rate_convs=gemm_low_rate_convs, gemm_wide_dilated_convs=gemm_wide_dilated_convs)
 
 
 def main() -> None:
@@ -60,6 +61,8 @@ def main() -> None:
     ap.add_argument("--codec-channels-last", action="store_true", help="the codec's convs channels-last")
     ap.add_argument("--codec-gemm-low-rate-convs", action="store_true",
                     help="the codec's convs before the upsampling as matmuls")
+    ap.add_argument("--codec-gemm-wide-dilated-convs", action="store_true",
+                    help="the codec's wide dilated convs as matmuls")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
     ap.add_argument("--out", default="fig3.json")
     args = ap.parse_args()
@@ -67,7 +70,8 @@ def main() -> None:
     dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
     backbone, codec = backbone_step_factory(context=args.context), build_codec(dtype, not args.no_codec_compile,
                                                                               args.codec_channels_last,
-                                                                              args.codec_gemm_low_rate_convs)
+                                                                              args.codec_gemm_low_rate_convs,
+                                                                              args.codec_gemm_wide_dilated_convs)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()

@@ -42,7 +42,8 @@ class SpeechRuntime:
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
         program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
                                     channels_last=config.codec_channels_last,
-                                    gemm_low_rate_convs=config.codec_gemm_low_rate_convs)
+                                    gemm_low_rate_convs=config.codec_gemm_low_rate_convs,
+                                    gemm_wide_dilated_convs=config.codec_gemm_wide_dilated_convs)
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()

@@ -206,6 +206,27 @@ def test_low_rate_convs_as_matmuls_stream_the_full_decode(decoder, requests):
         use_gemm([CausalTransposedConv1d(4, 4, kernel_size=3, stride=2)])
 
 
+def test_dilated_convs_as_matmuls_stream_the_full_decode(decoder, requests):
+    gemm = copy.deepcopy(decoder)
+    dilated = gemm.wide_dilated_convs(min_channels=1)  # every dilated conv of this small decoder
+    assert len(dilated) == 2 * len(gemm.config.upsample_rates)  # dilations 3 and 9 in each block
+    use_gemm(dilated)
+    codes, full = requests[0][0], requests[1][0]
+    pool = CodecStatePool(gemm.config, num_slots=2, dtype=torch.float32, device="cpu")
+    slots = torch.tensor([0])
+    pool.reset(slots)
+    with torch.no_grad():
+        wav = torch.cat([decode_chunk(gemm, codes[None, a:b], slots, pool)[0] for a, b in ((0, 7), (7, 17), (17, 30))])
+    assert (wav - full).abs().max().item() <= TOL
+
+
+def test_the_wide_dilated_convs_of_the_served_size_are_the_first_blocks_two():
+    with torch.device("meta"):
+        served = CodecDecoder(CodecDecoderConfig())
+    wide = served.wide_dilated_convs()
+    assert [(c.conv.in_channels, c.conv.dilation[0]) for c in wide] == [(768, 3), (768, 9)]
+
+
 @pytest.mark.parametrize("kernel, stride", [(2, 2), (6, 3), (16, 8)])
 def test_transposed_conv_as_gemm_equals_conv_transpose1d(kernel, stride):
     """The upsampler's matmul form (k = stride) and the overlap-add for k = m * stride, plain and channels-last."""

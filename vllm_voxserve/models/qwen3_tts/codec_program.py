@@ -14,13 +14,17 @@ class Qwen3CodecProgram:
 
     def __init__(self, decoder: CodecDecoder, state_dtype: torch.dtype = torch.float32,
                  output_sample_rate: int = 24000, compile: bool = False, dynamic_frames: bool = True,
-                 channels_last: bool = False, gemm_low_rate_convs: bool = False) -> None:
+                 channels_last: bool = False, gemm_low_rate_convs: bool = False,
+                 gemm_wide_dilated_convs: bool = False) -> None:
         """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`).
-        `gemm_low_rate_convs`: its convs before the upsampling (`low_rate_convs`) as matmuls (`layers.use_gemm`; changes `decoder`)."""
+        `gemm_low_rate_convs`: its convs before the upsampling (`low_rate_convs`) as matmuls (`layers.use_gemm`;
+        changes `decoder`). `gemm_wide_dilated_convs`: its wide dilated convs (`wide_dilated_convs`) so."""
         if channels_last:
             use_channels_last(decoder)
         if gemm_low_rate_convs:
             use_gemm(decoder.low_rate_convs())
+        if gemm_wide_dilated_convs:
+            use_gemm(decoder.wide_dilated_convs())
         self.decoder = decoder
         # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
         # its new state. Compiled on first use with the batch size and (dynamic_frames) the chunk length dynamic: one
