@@ -147,9 +147,10 @@ class VoxServeConfig:
     # batch without tensor cores (1.8 ms each at 16 chunks, results/h200/2026-11-30_session6).
     codec_gemm_low_rate_convs: bool = False
     # The vocoder's wide dilated convs (768 channels, dilations 3 and 9) as matmuls over unfolded windows
-    # (codec/decoder.wide_dilated_convs): cuDNN runs them without tensor cores on the H200, 1.8 ms each at 16 chunks,
-    # a third of the codec's batch (results/h200/2026-12-01_session7).
-    codec_gemm_wide_dilated_convs: bool = False
+    # (codec/decoder.wide_dilated_convs): cuDNN runs them without tensor cores on the H200, 1.8 ms each at 16 chunks.
+    # H200, compiled graphs, 16 chunks of 10 frames: 11.24 -> 7.90 ms on the whole GPU, 20.67 -> 14.86 on 64 SMs; one
+    # chunk 1.75 -> 1.69 ms (benchmarks/codec_step.py, results/h200/2026-12-01_session7).
+    codec_gemm_wide_dilated_convs: bool = True
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)

@@ -95,7 +95,7 @@ def test_report_tracks_frames_chunks_first_audio_and_step_costs(program):
 
 
 def test_step_log_splits_the_lanes_pump_into_its_parts(program):
-    """Harvest, plan and launch host time, one sample a step; the CPU lane decodes inside the launch."""
+    """Harvest, deliver, plan, launch and drain host time, one sample a step; the CPU lane decodes inside the launch."""
     runtime = runtime_with(program, codec_mode="lanes")
     runtime.pipeline.open("r", "key", "ipc://unused")
     runtime.prepare_step(StepLayout(("r",), (20,), (0,)))
@@ -104,9 +104,12 @@ def test_step_log_splits_the_lanes_pump_into_its_parts(program):
         runtime.prepare_step(StepLayout(("r",), (1,), (position,)))
         runtime.after_forward()
     gauges = runtime.host_times._gauges
-    parts = [gauges[f"lanes {part} us"] for part in ("harvest", "plan", "launch")]
-    assert [len(samples) for samples in parts] == [5, 5, 5]
-    assert parts[2][:4] == [0, 0, 0, 0] and parts[2][4] > 0
+    parts = [gauges[f"lanes {part} us"] for part in ("harvest", "deliver", "plan", "launch", "drain")]
+    assert [len(samples) for samples in parts] == [5] * 5
+    # the chunk is launched and (a CPU lane is synchronous) harvested and sent in the fifth step; nothing blocks
+    assert parts[3][:4] == [0, 0, 0, 0] and parts[3][4] > 0
+    assert parts[1][:4] == [0, 0, 0, 0] and parts[1][4] > 0
+    assert parts[4] == [0] * 5
     assert set(runtime.pipeline.lanes.pump_seconds.values()) == {0.0}  # read and reset by the step log
 
 

@@ -76,9 +76,11 @@ class LaneDispatch:
         # (lane, chunks, device s) of harvested batches for the step log, which empties it (bounded: a caller that
         # never reads it keeps only the newest)
         self.harvested: deque[tuple[str, int, float]] = deque(maxlen=4096)
-        # host seconds of the pumps since the step log last read them, by part: harvest (with delivery), plan, launch
-        # (its p99 reached 1-17 ms a step under load on the H200, against 0.1-0.5 ms at the median; these say where)
-        self.pump_seconds = dict.fromkeys(("harvest", "plan", "launch"), 0.0)
+        # host seconds of the pumps since the step log last read them, by part: harvest (finished batches to host
+        # tensors), deliver (their audio sent, ENDs), plan, launch, and drain (a blocking pump's harvest, waits
+        # included). Session 7 on the H200: the harvest with delivery was the pump's tail (p90 7-13 ms, p99 14-31 ms a
+        # step against 25-165 us at the median, 48 req/s); delivery is now apart, to say which it is.
+        self.pump_seconds = dict.fromkeys(("harvest", "deliver", "plan", "launch", "drain"), 0.0)
 
     # request lifecycle -------------------------------------------------------------------------------------------
 
@@ -131,13 +133,15 @@ class LaneDispatch:
     def pump(self, block: bool = False) -> bool:
         """One scheduling round: harvest, launch what the policy says, harvest again (a CPU lane has finished by
         then). `block` waits for batches in flight first. Returns whether anything was harvested or launched."""
+        delivering = self.pump_seconds["deliver"]
         started = time.perf_counter()
         progress = self._harvest(block)
         harvested = time.perf_counter()
         progress |= self._launch()
         launched = time.perf_counter()
         progress |= self._harvest(False)
-        self.pump_seconds["harvest"] += harvested - started + time.perf_counter() - launched
+        seconds = harvested - started + time.perf_counter() - launched
+        self.pump_seconds["drain" if block else "harvest"] += seconds - (self.pump_seconds["deliver"] - delivering)
         return progress
 
     def drain(self) -> None:
@@ -223,9 +227,11 @@ class LaneDispatch:
         state.chunks_delivered += 1
         if state.first_audio_time is None:
             state.first_audio_time = self.clock()  # playback starts: later deadlines count from here
+        started = time.perf_counter()
         self.deliver(finished.request_id, finished.audio)
         if state.generation_done and not req.queue:
             self._end(finished.request_id)
+        self.pump_seconds["deliver"] += time.perf_counter() - started
 
     def _end(self, request_id: str) -> None:
         self.requests.pop(request_id)
