@@ -19,7 +19,7 @@ _LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve step host time over (\d+) steps 
 _SPREAD = re.compile(r"^(?P<name>[a-z_ ]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
 _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
-           "lanes harvest us", "lanes plan us", "lanes launch us")
+           "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
                    r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 
