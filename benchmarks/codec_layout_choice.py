@@ -37,9 +37,10 @@ FIG3_FLAGS = {"codec_channels_last": "--codec-channels-last", "codec_gemm_low_ra
 
 
 def fig3_flags(config: dict) -> str:
-    """`benchmarks.fig3.measure`'s flags for the conv forms a served config switches on."""
+    """`benchmarks.fig3.measure`'s flags for the conv forms a served config sets (the others stay as served)."""
     voxserve = config.get("voxserve", {})
-    return " ".join(flag for key, flag in FIG3_FLAGS.items() if voxserve.get(key))
+    return " ".join(flag if voxserve[key] else flag.replace("--", "--no-", 1)
+                    for key, flag in FIG3_FLAGS.items() if key in voxserve)
 
 
 def main(argv: list[str]) -> int:

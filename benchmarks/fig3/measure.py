@@ -22,6 +22,7 @@ from benchmarks.fig3.backbone import backbone_step_factory
 from vllm_voxserve.codec_lanes.executables import capture_step_graphs
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.codec_lanes.split_chooser import Workload, choose_split, codec_step_factory, profile_splits
+from vllm_voxserve.config import VoxServeConfig
 
 def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 20) -> float:
     graph = capture_step_graphs(make_step, [batch], capture_stream)[batch]
@@ -58,11 +59,13 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=10)
     ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--no-codec-compile", action="store_true", help="the codec uncompiled (served default: compiled)")
-    ap.add_argument("--codec-channels-last", action="store_true", help="the codec's convs channels-last")
-    ap.add_argument("--codec-gemm-low-rate-convs", action="store_true",
-                    help="the codec's convs before the upsampling as matmuls")
-    ap.add_argument("--codec-gemm-wide-dilated-convs", action="store_true",
-                    help="the codec's wide dilated convs as matmuls")
+    served = VoxServeConfig()  # the codec's conv forms default to the served ones
+    ap.add_argument("--codec-channels-last", action=argparse.BooleanOptionalAction,
+                    default=served.codec_channels_last, help="the codec's convs channels-last")
+    ap.add_argument("--codec-gemm-low-rate-convs", action=argparse.BooleanOptionalAction,
+                    default=served.codec_gemm_low_rate_convs, help="the codec's convs before the upsampling as matmuls")
+    ap.add_argument("--codec-gemm-wide-dilated-convs", action=argparse.BooleanOptionalAction,
+                    default=served.codec_gemm_wide_dilated_convs, help="the codec's wide dilated convs as matmuls")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
     ap.add_argument("--out", default="fig3.json")
     args = ap.parse_args()

@@ -34,5 +34,6 @@ def test_fig3_runs_the_forms_the_server_runs(capsys):
     assert fig3_flags(json.loads(CONFIG)) == ""
     both = {"voxserve": {"codec_channels_last": True, "codec_gemm_low_rate_convs": True}}
     assert fig3_flags(both) == "--codec-channels-last --codec-gemm-low-rate-convs"
-    main(["--fig3-flags", json.dumps({"voxserve": {"codec_gemm_low_rate_convs": True}})])
-    assert capsys.readouterr().out.strip() == "--codec-gemm-low-rate-convs"
+    main(["--fig3-flags", json.dumps({"voxserve": {"codec_gemm_low_rate_convs": True,
+                                                   "codec_gemm_wide_dilated_convs": False}})])
+    assert capsys.readouterr().out.strip() == "--codec-gemm-low-rate-convs --no-codec-gemm-wide-dilated-convs"
