@@ -24,6 +24,7 @@ from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.codec_lanes.split_chooser import Workload, choose_split, codec_step_factory, profile_splits
 from vllm_voxserve.config import VoxServeConfig
 
+
 def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 20) -> float:
     graph = capture_step_graphs(make_step, [batch], capture_stream)[batch]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
