@@ -15,22 +15,24 @@ import json
 import re
 from pathlib import Path
 
-_LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve step host time over (\d+) steps \(ms, p50/p90/p99\): (.*)$")
+_LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve (step|scheduler) host time over (\d+) steps \(ms, p50/p90/p99\): (.*)$")
 _SPREAD = re.compile(r"^(?P<name>[a-z_ ]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
 _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
-           "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us")
+           "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",
+           "admitted streams")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
                    r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 
 
 def parse_line(text: str) -> dict | None:
-    """One window of the step log as a dict, or None for any other log line."""
+    """One window of the step log (the worker's, or with `"source": "scheduler"` the policy's) as a dict, or None
+    for any other log line."""
     match = _LINE.search(text)
     if match is None:
         return None
-    row: dict = {"time": match.group(1), "steps": int(match.group(2))}
-    for segment in match.group(3).split("; "):
+    row: dict = {"time": match.group(1), "source": match.group(2), "steps": int(match.group(3))}
+    for segment in match.group(4).split("; "):
         lane = _LANE.match(segment)
         if lane:
             row[f"{lane['lane']}_busy"] = int(lane["busy"]) / 100
@@ -70,9 +72,12 @@ def _cell(row: dict, name: str, key: str = "p50", scale: float = 1.0, digits: in
 
 def format_table(rows: list[dict]) -> str:
     head = ("time      steps batch decode  prefill(share)  interval p50/p90  host  urgent  background    streams  "
-            "waiting  to cut   to audio")
+            "waiting  to cut   to audio   pump us p50/p99")
     lines = [head]
+    scheduler = [r for r in rows if r.get("source") == "scheduler"]
     for r in rows:
+        if r.get("source") == "scheduler":
+            continue
         prefill = f"{_cell(r, 'prefill step device time')}({_cell(r, 'prefill_share', scale=100, digits=0)}%)"
         lanes = (f"{_cell(r, 'urgent_busy', scale=100, digits=0):>3}%   "
                  f"{_cell(r, 'background_busy', scale=100, digits=0):>3}% x{_cell(r, 'background_batch')}")
@@ -85,7 +90,14 @@ def format_table(rows: list[dict]) -> str:
                   f"{_cell(r, 'first audio ms after cut', 'p99', digits=0)}")
         lines.append(f"{r['time']}  {r['steps']:5d} {_cell(r, 'batch'):>5} {_cell(r, 'decode device time'):>6}  "
                      f"{prefill:>14}  {_cell(r, 'step interval'):>7}/{_cell(r, 'step interval', 'p90'):<7}  "
-                     f"{_cell(r, 'total', digits=2):>4}  {lanes}  {gauges}")
+                     f"{_cell(r, 'total', digits=2):>4}  {lanes}  {gauges}  "
+                     f"{_cell(r, 'lanes pump us', digits=0)}/{_cell(r, 'lanes pump us', 'p99', digits=0)}")
+    if scheduler:  # the policy's own host time a step (schedule + update), in the same engine-core thread
+        lines += ["", "time      steps  scheduler host ms p50/p90 (schedule, update, total)  admitted streams"]
+        for r in scheduler:
+            parts = "  ".join(f"{_cell(r, n, digits=3)}/{_cell(r, n, 'p90', digits=3)}"
+                              for n in ("schedule", "update", "total"))
+            lines.append(f"{r['time']}  {r['steps']:5d}  {parts}  {_cell(r, 'admitted streams', digits=0)}")
     return "\n".join(lines)
 
 

@@ -28,7 +28,21 @@ def test_a_logged_window_round_trips_into_a_row():
     assert row["first chunk ms after prefill"] == {"p50": 42.0, "p99": 43.0, "max": 43.0}
     assert row["first audio ms after cut"]["p50"] == 2.5
     table = format_table([row])
-    assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  2/2")
+    assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  2/2  -/-")
+
+
+def test_the_schedulers_window_gets_its_own_table():
+    lines = []
+    timer = StepHostTimes(every=2, report=lines.append, title="voxserve scheduler host time")
+    for streams in (3, 5):
+        timer.add("schedule", 0.0002)
+        timer.add("update", 0.0003)
+        timer.add_gauge("admitted streams", streams)
+        timer.end_step()
+    row = parse_line(f"(EngineCore pid=1) INFO 12-01 01:10:00 [step_timing.py:105] {lines[0]}")
+    assert row["source"] == "scheduler" and row["total"]["p50"] == 0.5 and row["admitted streams"]["max"] == 5.0
+    table = format_table([row]).splitlines()
+    assert len(table) == 4 and table[-1].startswith("01:10:00      2  0.200/0.200  0.300/0.300  0.500/0.500")
 
 
 def test_other_log_lines_are_not_rows():

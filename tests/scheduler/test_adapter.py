@@ -30,6 +30,7 @@ from vllm_voxserve.scheduler.adapter import (  # noqa: E402
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost  # noqa: E402
 from vllm_voxserve.scheduler.planner import Planner  # noqa: E402
 from vllm_voxserve.scheduler.report import RequestProgress, StepReport  # noqa: E402
+from vllm_voxserve.worker.step_timing import StepHostTimes  # noqa: E402
 
 STEP_S = 0.015  # every fake step takes this long, and the cost model says so
 PREFILL_S = 0.08  # a prefill costs more than a running stream's slack (≈ 33 ms below)
@@ -297,3 +298,18 @@ def test_with_nothing_generating_the_last_reports_streams_do_not_hold_arrivals()
     assert scheduler.audio_streams == {"a", "b"}  # as the last real step reported
     scheduler.add_request(speech_request("c", clock))
     assert step(scheduler, clock)[1] == {"c"}
+
+@pytest.mark.parametrize("stock", [False, True])
+def test_the_policys_host_time_is_logged_each_window_in_either_mode(stock):
+    """schedule and update host seconds a step, and the admitted streams, as the worker's step log has its parts;
+    in `vllm-stock` mode the same line gives vLLM's own policy's time."""
+    scheduler, clock = build()
+    lines = []
+    scheduler.host_times = StepHostTimes(every=3, report=lines.append, title="voxserve scheduler host time")
+    scheduler.set_stock(stock)
+    scheduler.add_request(speech_request("a", clock))
+    for _ in range(3):
+        step(scheduler, clock)
+    assert len(lines) == 1 and lines[0].startswith("voxserve scheduler host time over 3 steps")
+    assert "schedule " in lines[0] and "update " in lines[0]
+    assert ("admitted streams 1/1/1" in lines[0]) == (not stock)  # the policy admits nothing in stock mode

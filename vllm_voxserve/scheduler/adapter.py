@@ -39,6 +39,7 @@ from vllm_voxserve.scheduler.report import LaneBacklog, RequestProgress, StepRep
 from vllm_voxserve.scheduler.serving_mode import handle_mode_call
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
 from vllm_voxserve.worker.codec_mode_rpc import RPC_METHOD
+from vllm_voxserve.worker.step_timing import StepHostTimes
 
 JOB_KEY = "voxserve"  # extra_args key of the speech job (models.qwen3_tts.job.EXTRA_ARGS_KEY)
 PLAN_KEY = "voxserve_plan"  # extra_args key of the endpoint's scheduling hints ({"expected_frames": n})
@@ -88,6 +89,9 @@ class SpeechPolicyMixin:
         self.to_reject: dict[str, Rejection] = {}  # to finish at the next schedule()
         self.rejected: list[tuple[Request, Rejection]] = []  # finished, output not yet sent
         self.last_plan = None
+        # The policy's own host time per step, in the engine core's one thread beside vLLM's and the worker's
+        # (with one GPU the worker runs in this process): logged like the worker's step host time.
+        self.host_times = StepHostTimes(title="voxserve scheduler host time")
 
     def set_stock(self, stock: bool) -> None:
         """Switch between our policy and vLLM's own (only while vLLM's `has_requests()` is false: nothing running,
@@ -160,6 +164,13 @@ class SpeechPolicyMixin:
     # --- one step ---
 
     def schedule(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return self._schedule(*args, **kwargs)
+        finally:
+            self.host_times.add("schedule", time.perf_counter() - started)
+
+    def _schedule(self, *args, **kwargs):
         if self.stock:
             return super().schedule(*args, **kwargs)
         now = self.clock()
@@ -225,6 +236,16 @@ class SpeechPolicyMixin:
     # --- results in ---
 
     def update_from_output(self, scheduler_output, model_runner_output):
+        """vLLM's update (both modes timed: `vllm-stock` gives the stock policy's host time), then ours."""
+        started = time.perf_counter()
+        try:
+            return self._update_from_output(scheduler_output, model_runner_output)
+        finally:
+            self.host_times.add("update", time.perf_counter() - started)
+            self.host_times.add_gauge("admitted streams", len(self.streams))
+            self.host_times.end_step()
+
+    def _update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         if self.stock:
             return outputs

@@ -29,8 +29,9 @@ class StepHostTimes:
     their sum, then starts a new window."""
 
     def __init__(self, every: int = 2000, report: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.perf_counter, every_s: float = 10.0, min_steps: int = 100):
-        self.every, self.every_s, self.min_steps = every, every_s, min_steps
+                 clock: Callable[[], float] = time.perf_counter, every_s: float = 10.0, min_steps: int = 100,
+                 title: str = "voxserve step host time"):
+        self.every, self.every_s, self.min_steps, self.title = every, every_s, min_steps, title
         self._window_started: float | None = None
         self.report = report or logger.info
         self.clock = clock
@@ -80,7 +81,7 @@ class StepHostTimes:
         parts = sorted({p for step in self._window for p in step})
         columns = {p: [step.get(p, 0.0) for step in self._window] for p in parts}
         columns["total"] = [sum(step.values()) for step in self._window]
-        line = f"voxserve step host time over {len(self._window)} steps (ms, p50/p90/p99): " + "; ".join(
+        line = f"{self.title} over {len(self._window)} steps (ms, p50/p90/p99): " + "; ".join(
             _spread(name, v) for name, v in columns.items())
         line += _spread("; step interval", self._intervals)
         if self._decode:
