@@ -1,7 +1,8 @@
-"""Pick the codec's conv forms for a served run from a `codec_step` result of the same session.
+"""Pick the codec's conv forms (and its SM split) for a served run from measurements of the same session.
 
     python -m benchmarks.codec_layout_choice codec_step.json '{"voxserve": {...}}'   # prints the config to serve
     python -m benchmarks.codec_layout_choice --fig3-flags '{"voxserve": {...}}'      # the same forms for fig3.measure
+    python -m benchmarks.codec_layout_choice --split-from fig3.json '{"voxserve": {...}}'  # Figure 3's chosen split
 
 Of the compiled variants timed on the whole GPU at the largest batch (`graph+compile` as served, `+nhwc`, `+gemm`,
 `+nhwc+gemm`), the fastest sets its switches (`codec_channels_last`, `codec_gemm_low_rate_convs`) in the config; the
@@ -43,9 +44,29 @@ def fig3_flags(config: dict) -> str:
                     for key, flag in FIG3_FLAGS.items() if key in voxserve)
 
 
+def split_from_fig3(fig3: dict, config: dict) -> tuple[dict, str]:
+    """The config with Figure 3's chosen codec SMs as its split, where the chooser found one that keeps up."""
+    sms = fig3.get("chosen_codec_sms")
+    if not isinstance(sms, int) or not fig3.get("chosen_keeps_up"):
+        return config, "no split kept up in Figure 3: the configured split stays"
+    lanes = config.setdefault("voxserve", {}).setdefault("lanes", {})
+    lanes["split"] = {"group": "codec", "group_sms": sms}
+    return config, f"Figure 3 chose {sms} codec SMs"
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "--fig3-flags":
         print(fig3_flags(json.loads(argv[1])))
+        return 0
+    if argv[0] == "--split-from":
+        config = json.loads(argv[2])
+        try:
+            with open(argv[1]) as f:
+                config, why = split_from_fig3(json.load(f), config)
+        except (OSError, ValueError) as exc:
+            why = f"no Figure 3 result ({exc}): the configured split stays"
+        print(f"codec split: {why}", file=sys.stderr)
+        print(json.dumps(config, separators=(",", ":")))
         return 0
     codec_json, config_json = argv
     try:

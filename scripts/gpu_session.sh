@@ -5,7 +5,7 @@
 # Call `collect` again within the host's 30 s warm window until it prints "all done".
 # GPU 0 (cores 0-15): the microbenchmarks named in GPU0_PARTS_BEFORE, then the issue-7 ablation on one server
 #   (scripts/gpu_issue7.sh) with CONFIG (GPU0_CODEC_FASTEST=1: with the codec forms GPU0_PARTS_BEFORE's `codec` part
-#   timed fastest, as GPU1_CODEC_FASTEST below); modes, seeds and budgets from GPU0_MODES (empty: no server), SEEDS,
+#   timed fastest, as GPU1_CODEC_FASTEST below; GPU0_SPLIT_FROM_FIG3=1: with the codec SMs its `fig3` part chose); modes, seeds and budgets from GPU0_MODES (empty: no server), SEEDS,
 #   GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in GPU0_PARTS. On one GPU (`nvidia-h200`) set
 #   GPU1_PARTS=none GPU1_MODES= . GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
@@ -27,9 +27,14 @@ start)
   CUDA_VISIBLE_DEVICES=0 OUT=$root/gpu0 RES=$root/gpu0/run OURS_T=${GPU0_T:-1300} SEEDS=${SEEDS:-0,1,2} \
     MODES=${GPU0_MODES-vllm-stock,inline,lanes} BUDGET_S=${GPU0_BUDGET_S:-420} VOXSERVE_CONFIG=$config \
     GPU0_PARTS=${GPU0_PARTS:-} GPU0_PARTS_BEFORE=${GPU0_PARTS_BEFORE:-} GPU0_CODEC_FASTEST=${GPU0_CODEC_FASTEST:-} \
+    GPU0_SPLIT_FROM_FIG3=${GPU0_SPLIT_FROM_FIG3:-} \
     setsid "${pin0[@]}" bash -c '
       [ -z "$GPU0_PARTS_BEFORE" ] || RES=$OUT/micro_before PARTS=$GPU0_PARTS_BEFORE bash scripts/gpu_microbench.sh \
         > "$OUT/micro_before.txt" 2>&1
+      if [ -n "$GPU0_SPLIT_FROM_FIG3" ]; then  # the codec SMs that the fig3 part of GPU0_PARTS_BEFORE chose
+        VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice --split-from "$OUT/micro_before/fig3.json" \
+          "$VOXSERVE_CONFIG" 2>> "$OUT/codec_choice.txt")
+      fi
       if [ -n "$GPU0_CODEC_FASTEST" ]; then  # as GPU1_CODEC_FASTEST, from the codec part of GPU0_PARTS_BEFORE
         VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$OUT/micro_before/codec_step.json" \
           "$VOXSERVE_CONFIG" 2>> "$OUT/codec_choice.txt")

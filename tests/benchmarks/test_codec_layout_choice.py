@@ -1,6 +1,6 @@
 import json
 
-from benchmarks.codec_layout_choice import fastest_variant, fig3_flags, main
+from benchmarks.codec_layout_choice import fastest_variant, fig3_flags, main, split_from_fig3
 
 CONFIG = '{"voxserve":{"codec_dtype":"bfloat16"}}'
 
@@ -37,3 +37,15 @@ def test_fig3_runs_the_forms_the_server_runs(capsys):
     main(["--fig3-flags", json.dumps({"voxserve": {"codec_gemm_low_rate_convs": True,
                                                    "codec_gemm_wide_dilated_convs": False}})])
     assert capsys.readouterr().out.strip() == "--codec-gemm-low-rate-convs --no-codec-gemm-wide-dilated-convs"
+
+
+def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, capsys):
+    config = {"voxserve": {"lanes": {"background_max_batch": 32}}}
+    chosen, _ = split_from_fig3({"chosen_codec_sms": 48, "chosen_keeps_up": True}, json.loads(json.dumps(config)))
+    assert chosen["voxserve"]["lanes"] == {"background_max_batch": 32, "split": {"group": "codec", "group_sms": 48}}
+    assert split_from_fig3({"chosen_codec_sms": 80, "chosen_keeps_up": False}, config)[0] == config
+    (tmp_path / "fig3.json").write_text(json.dumps({"chosen_codec_sms": 48, "chosen_keeps_up": True}))
+    main(["--split-from", str(tmp_path / "fig3.json"), CONFIG])
+    assert json.loads(capsys.readouterr().out)["voxserve"]["lanes"]["split"]["group_sms"] == 48
+    main(["--split-from", str(tmp_path / "missing.json"), CONFIG])
+    assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
