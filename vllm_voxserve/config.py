@@ -143,8 +143,8 @@ class VoxServeConfig:
     # chain without layout conversions. Off until timed on the H200 (benchmarks/codec_step.py, graph+compile+nhwc).
     codec_channels_last: bool = False
     # The codec's convs before the upsampling (the two at the frame rate, the upsampler's two transposed convs) as
-    # matmuls (codec/layers.use_gemm). Off until timed on the H200: they are the suspects for the two cuDNN calls a
-    # batch without tensor cores (1.8 ms each at 16 chunks, results/h200/2026-11-30_session6).
+    # matmuls (codec/layers.use_gemm). Off: on the H200 it changed nothing (16 chunks 11.31 -> 11.20 ms; session 6's
+    # slow cuDNN calls were the wide dilated convs below; results/h200/2026-12-01_session7).
     codec_gemm_low_rate_convs: bool = False
     # The vocoder's wide dilated convs (768 channels, dilations 3 and 9) as matmuls over unfolded windows
     # (codec/decoder.wide_dilated_convs): cuDNN runs them without tensor cores on the H200, 1.8 ms each at 16 chunks.

@@ -57,10 +57,9 @@ class ResidualVectorQuantizer(nn.Module):
         for k, layer in enumerate(self.vq.layers):
             q = F.embedding(codes[:, k], layer._codebook.table())  # [B, T, dim]
             quantized = q if quantized is None else quantized + q
-        # The 1x1 conv as a matmul over the lookups' [B, T, dim] layout. As a conv over their transpose it is one of
-        # the suspects for the two calls a batch that cuDNN ran with a non-tensor-core kernel on the H200 (1.8 ms
-        # each at 16 chunks, a third of the batch; session 6), and torch 2.11's CPU bf16 conv1d miscomputed it at
-        # exactly 5 frames (42 % off; the matmul is not).
+        # The 1x1 conv as a matmul over the lookups' [B, T, dim] layout: torch 2.11's CPU bf16 conv1d miscomputed it
+        # at exactly 5 frames (42 % off; the matmul is not). (It was also a suspect for the H200's two slow cuDNN
+        # calls a batch, wrongly: those were the wide dilated convs, see `wide_dilated_convs`.)
         return F.linear(quantized, self.output_proj.weight[:, :, 0]).transpose(1, 2)
 
 

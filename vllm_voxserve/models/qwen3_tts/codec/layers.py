@@ -37,9 +37,9 @@ class CausalConv1d(nn.Module):
         return self._conv(extended)
 
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
-        # The last conv (to the waveform) has one output channel, too few for cuDNN's tensor-core kernels: most likely
-        # the implicit_convolve_sgemm of session 4's served H200 trace (4.3 ms a background batch; the trace names no
-        # shape). Compiled, it is one reduction kernel instead.
+        # The last conv (to the waveform) has one output channel, too few for cuDNN's tensor-core kernels; compiled,
+        # it is one reduction kernel instead. (Session 4's served trace's implicit_convolve_sgemm was taken for it;
+        # session 7's profile showed those were the wide dilated convs, which `use_gemm` turns into matmuls.)
         if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
             return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         if self.as_gemm:
