@@ -94,7 +94,7 @@ class _FrameSource:
         rows = [DecodeRow(i, r, self.made[r]) for i, r in enumerate(ids)]
         for r in ids:
             self.made[r] += 1
-        return self.codes[: len(ids)].unbind(0), rows
+        return self.codes[: len(ids)], rows
 
     def finish_done(self) -> None:
         for req_id in [r for r, n in self.made.items() if n >= self.length]:

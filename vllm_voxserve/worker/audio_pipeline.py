@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -23,6 +23,7 @@ from vllm_voxserve.config import CodecMode, VoxServeConfig
 from vllm_voxserve.models.program import CodecProgram
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.chunk_dispatch import LaneDispatch
+from vllm_voxserve.worker.frame_store import FrameStore
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ class _Stream:
     stream_key: str
     address: str
     slot: int | None  # inline mode: the request's codec state slot (the lanes keep their own)
-    pending: list[torch.Tensor] = field(default_factory=list)  # frames [16] not yet cut into a chunk, in order
+    store_slot: int  # its place in the frame store (frames not yet cut into a chunk)
+    pending: int = 0  # frames in the store, not yet cut into a chunk
     frames: int = 0  # frames received so far
     chunks_cut: int = 0  # index of the next chunk to cut (its size comes from the config's schedule)
     chunks_sent: int = 0  # chunks whose audio has been sent (lanes mode: may trail chunks_cut)
@@ -56,6 +58,8 @@ class AudioPipeline:
                  clock: Callable[[], float] = time.monotonic):
         self.program, self.config, self.sender, self.device, self.clock = program, config, sender, device, clock
         self.streams: dict[str, _Stream] = {}
+        self.frames = FrameStore(config.max_codec_slots, max(config.first_chunk_frames, config.chunk_frames),
+                                 program.codes_per_frame, device)
         self.chunks_sent = 0  # over all requests, since start-up
         # per request, at its first audio: (first chunk cut - taken up, first audio - first chunk cut) in seconds, the
         # worker's share of its time to first audio; the runtime drains it into the step log
@@ -118,41 +122,63 @@ class AudioPipeline:
         if self.mode is CodecMode.LANES:
             # Warm-up: reference frames decoded into the state, unheard (Base voice cloning continues them).
             self.lanes.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
-            self.streams[req_id] = _Stream(stream_key, address, None, opened_at=self.clock())
-            return
-        if not self._free_slots:
+            slot = None
+        elif not self._free_slots:
             raise RuntimeError(f"all {self.config.max_codec_slots} codec slots are in use (raise max_codec_slots)")
-        slot = self._free_slots.pop()
-        self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
-        self.streams[req_id] = _Stream(stream_key, address, slot, opened_at=self.clock())
-        if warmup_codes is not None and len(warmup_codes):
+        else:
+            slot = self._free_slots.pop()
+            self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
+        # as many store slots as codec slots, so one is free here
+        self.streams[req_id] = _Stream(stream_key, address, slot, self.frames.open(), opened_at=self.clock())
+        if slot is not None and warmup_codes is not None and len(warmup_codes):  # inline: the lanes primed theirs
             self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
-    def push(self, codes: Sequence[torch.Tensor], req_ids: list[str]) -> None:
-        """codes: one finished frame [16] per entry of req_ids (in frame order per request), e.g. a tensor [n,16]."""
+    def push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
+        """codes [n, 16]: one finished frame per entry of req_ids (in frame order per request)."""
         ready: list[tuple[str, int, torch.Tensor]] = []
-        streams, lanes = self.streams, self.lanes if self.mode is CodecMode.LANES else None
-        for frame, req_id in zip(codes, req_ids, strict=True):  # the per-row host loop of every step: keep it lean
+        streams, lanes, width = self.streams, self.lanes if self.mode is CodecMode.LANES else None, self.frames.width
+        rows: list[int] = []
+        places: list[int] = []
+        cut: list[str] = []
+        for i, req_id in enumerate(req_ids):  # the per-row host loop of every step: keep it lean
             stream = streams.get(req_id)
             if stream is None or stream.closing:
                 continue
-            pending = stream.pending
-            pending.append(frame)
+            if cut and req_id in cut:  # a second frame of a request cut in this call: store and cut the first part
+                self._store(codes, rows, places, cut, ready)
+                rows, places, cut = [], [], []
+            rows.append(i)
+            places.append(stream.store_slot * width + stream.pending)
+            stream.pending += 1
             stream.frames += 1
             if lanes is not None:
                 lanes.add_frames(req_id, 1)
-            if len(pending) >= self.config.chunk_frames_at(stream.chunks_cut):
-                ready.append((req_id, stream.chunks_cut, torch.stack(pending)))
-                if stream.chunks_cut == 0:
-                    stream.first_cut_at = self.clock()
-                stream.chunks_cut += 1
-                stream.pending = []
+            if stream.pending >= self.config.chunk_frames_at(stream.chunks_cut):
+                cut.append(req_id)
+        self._store(codes, rows, places, cut, ready)
         if self.mode is CodecMode.INLINE:
             self._decode([(req_id, frames) for req_id, _, frames in ready])
             return
         for req_id, index, frames in ready:
             self.lanes.add_chunk(req_id, index, frames.clamp_(0, MAX_CODE))
         self.lanes.pump()  # every step, even with no new chunk: harvest and launch what is due
+
+    def _store(self, codes: torch.Tensor, rows: list[int], places: list[int], cut: list[str],
+               ready: list[tuple[str, int, torch.Tensor]]) -> None:
+        """Scatter `codes[rows]` into the frame store, then cut the chunks of the streams in `cut`."""
+        if rows:
+            self.frames.write(codes if len(rows) == len(codes) else codes[rows], places)
+        for req_id in cut:
+            stream = self.streams[req_id]
+            ready.append((req_id, stream.chunks_cut, self._take_pending(stream)))
+            if stream.chunks_cut == 0:
+                stream.first_cut_at = self.clock()
+            stream.chunks_cut += 1
+
+    def _take_pending(self, stream: _Stream) -> torch.Tensor:
+        frames = self.frames.take(stream.store_slot, stream.pending)
+        stream.pending = 0
+        return frames
 
     def close(self, req_id: str, error: str | None = None) -> None:
         """The request finished (or failed): decode what is left, then END (or ERROR) and free its slot.
@@ -169,17 +195,16 @@ class AudioPipeline:
             stream.first_cut_at = self.clock()
         if self.mode is CodecMode.INLINE:
             if stream.pending:
-                self._decode([(req_id, torch.stack(stream.pending))], last=True)
+                self._decode([(req_id, self._take_pending(stream))], last=True)
             self._end(req_id, None)
             return
         if stream.closing:
             return
         stream.closing = True
         if stream.pending:
-            last = torch.stack(stream.pending).clamp_(0, MAX_CODE)
+            last = self._take_pending(stream).clamp_(0, MAX_CODE)
             self.lanes.add_chunk(req_id, stream.chunks_cut, last, is_last=True)
             stream.chunks_cut += 1
-            stream.pending = []
         self.lanes.finish(req_id)  # END now if nothing is left, else after the last chunk's audio
 
     def fail(self, req_id: str, error: str) -> None:
@@ -190,6 +215,7 @@ class AudioPipeline:
     def _end(self, req_id: str, error: str | None) -> None:
         """Send END (or ERROR) and forget the request; in lanes mode also drop whatever of it is left there."""
         stream = self.streams.pop(req_id)
+        self.frames.close(stream.store_slot)
         if stream.slot is not None:
             self._free_slots.append(stream.slot)
         elif error is not None and self.lanes is not None:

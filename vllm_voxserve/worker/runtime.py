@@ -141,7 +141,7 @@ class SpeechRuntime:
         codes, rows = self.model.take_frames()
         live = [i for i, r in enumerate(rows) if r.req_id not in self._failed]
         if len(live) != len(rows):
-            codes = [codes[i] for i in live]
+            codes = codes[live]
             rows = [rows[i] for i in live]
         if rows or self.pipeline.codec_mode != "inline":  # the lanes are pumped every step, frames or not
             sent_before = self.pipeline.chunks_sent

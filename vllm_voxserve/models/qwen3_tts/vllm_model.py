@@ -9,7 +9,7 @@ reference modules, reused as they are.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -146,25 +146,27 @@ class Qwen3TTSForVllm(nn.Module):
         """The input [H] of a request's generated position k, as its decode row built it (preempted requests)."""
         talker = self.talker
         text = torch.tensor([req.decode_text_id(k)], device=self.buffers.text_ids.device)
-        return (talker.code_predictor.frame_embedding(req.frames[k][None])
+        step_frames, row = req.frames[k]
+        return (talker.code_predictor.frame_embedding(step_frames[row : row + 1])
                 + talker.text_projection(talker.model.text_embedding(text)))[0]
 
     def resume_request(self, req_id: str) -> None:
         """vLLM re-adds a preempted request (Model Runner V2): it is recomputed from its first token."""
         self.requests[req_id].resuming = True
 
-    def take_frames(self) -> tuple[Sequence[torch.Tensor], list[DecodeRow]]:
-        """Frames completed by the last forward: one code row [16] (device) per decode row, and which request/frame
-        each is. Each request also keeps its frames, to recompute itself after a preemption."""
+    def take_frames(self) -> tuple[torch.Tensor | None, list[DecodeRow]]:
+        """Frames completed by the last forward: codes [n, 16] (device), one row per decode row, and which
+        request/frame each row is. Each request also keeps where its frames are (this step's tensor and row), to
+        recompute itself after a preemption."""
         rows, self._decode_rows = self._decode_rows, []
         if not rows:
-            return (), rows
-        # the step's decode rows lead `decode_row_index`, in the order of `rows`; split into rows once, here
-        frames = self.buffers.frame_codes.index_select(0, self.buffers.decode_row_index[: len(rows)]).unbind(0)
-        for code, row in zip(frames, rows, strict=True):
+            return None, rows
+        # the step's decode rows lead `decode_row_index`, in the order of `rows`
+        frames = self.buffers.frame_codes.index_select(0, self.buffers.decode_row_index[: len(rows)])
+        for i, row in enumerate(rows):
             req = self.requests.get(row.req_id)
             if req is not None and row.frame_index == len(req.frames):
-                req.frames.append(code)
+                req.frames.append((frames, i))
         return frames, rows
 
     @staticmethod
