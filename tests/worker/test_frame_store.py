@@ -21,7 +21,7 @@ def test_slots_are_reused_and_run_out():
     store = FrameStore(num_slots=2, width=1, codes_per_frame=1, device=torch.device("cpu"))
     first = store.open()
     store.open()
-    with pytest.raises(RuntimeError, match="no frame store slot"):
+    with pytest.raises(RuntimeError, match="no free frame store slot"):
         store.open()
     store.close(first)
     assert store.open() == first

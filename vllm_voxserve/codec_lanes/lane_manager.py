@@ -46,12 +46,13 @@ class LaneConfig:
 class SlotAllocator:
     """Free list of state slots; lowest slot first so tests are deterministic."""
 
-    def __init__(self, num_slots: int) -> None:
+    def __init__(self, num_slots: int, what: str = "codec state slot") -> None:
         self._free = list(range(num_slots - 1, -1, -1))
+        self.what = what
 
     def allocate(self) -> int:
         if not self._free:
-            raise RuntimeError("no free codec state slot")
+            raise RuntimeError(f"no free {self.what}")
         return self._free.pop()
 
     def free(self, slot: int) -> None:

@@ -11,22 +11,22 @@ from collections.abc import Sequence
 
 import torch
 
+from vllm_voxserve.codec_lanes.lane_manager import SlotAllocator
+
 
 class FrameStore:
     def __init__(self, num_slots: int, width: int, codes_per_frame: int, device: torch.device) -> None:
         """`width`: the most frames a stream holds before a cut (the largest chunk)."""
         self.width, self.device = width, device
         self.codes = torch.zeros(num_slots * width, codes_per_frame, dtype=torch.long, device=device)
-        self._free = list(range(num_slots - 1, -1, -1))
+        self._slots = SlotAllocator(num_slots, "frame store slot")
 
     def open(self) -> int:
         """A free slot for a new stream; RuntimeError when none is left."""
-        if not self._free:
-            raise RuntimeError("no frame store slot is free")
-        return self._free.pop()
+        return self._slots.allocate()
 
     def close(self, slot: int) -> None:
-        self._free.append(slot)
+        self._slots.free(slot)
 
     def write(self, frames: torch.Tensor, places: Sequence[int]) -> None:
         """frames [n, Q] (any device) to the flat places `slot * width + index`, in one copy."""
