@@ -32,6 +32,30 @@ def test_audio_arrives_in_order_per_stream_and_unknown_streams_are_dropped():
     assert err == (ERROR, "codec failed")
 
 
+def test_rows_of_a_larger_array_and_other_dtypes_arrive_as_their_float32_samples():
+    """The sender passes contiguous float32 rows without a copy and converts anything else."""
+    async def scenario():
+        receiver = AudioReceiver()
+        receiver.start()
+        sender = AudioSender()
+        key = new_stream_key()
+        queue = receiver.open(key)
+        batch = np.arange(3 * 20000, dtype=np.float32).reshape(3, 20000)  # a row above zmq's copy threshold
+        sender.send_audio(receiver.address, key, 0, batch[1, :19200])
+        sender.send_audio(receiver.address, key, 1, batch[:, 7])  # strided: copied
+        sender.send_audio(receiver.address, key, 2, np.array([0.5, -0.25]))  # float64: converted
+        got = [await asyncio.wait_for(queue.get(), 5) for _ in range(3)]
+        sender.close()
+        await receiver.aclose()
+        return batch, got
+
+    batch, got = asyncio.run(scenario())
+    assert [kind for kind, _ in got] == [AUDIO] * 3
+    np.testing.assert_array_equal(got[0][1], batch[1, :19200])
+    np.testing.assert_array_equal(got[1][1], batch[:, 7])
+    np.testing.assert_array_equal(got[2][1], np.array([0.5, -0.25], dtype=np.float32))
+
+
 def test_a_gap_in_sequence_numbers_is_reported_not_played():
     async def scenario():
         receiver = AudioReceiver()

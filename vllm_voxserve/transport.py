@@ -49,7 +49,9 @@ class AudioSender:
         return sock
 
     def send_audio(self, address: str, stream_key: str, seq: int, pcm: np.ndarray) -> None:
-        payload = np.ascontiguousarray(pcm, dtype=np.float32).tobytes()
+        """Queues `pcm` without copying it when it is contiguous float32 (the codec's rows are): the caller must not
+        change it afterwards (the codec lanes hand over a copy of each batch; inline decodes return fresh arrays)."""
+        payload = np.ascontiguousarray(pcm, dtype=np.float32)
         self._socket(address).send_multipart([stream_key.encode(), _HEADER.pack(AUDIO, seq), payload], copy=False)
 
     def send_end(self, address: str, stream_key: str, seq: int) -> None:
