@@ -58,8 +58,8 @@ class AudioPipeline:
                  clock: Callable[[], float] = time.monotonic):
         self.program, self.config, self.sender, self.device, self.clock = program, config, sender, device, clock
         self.streams: dict[str, _Stream] = {}
-        self.frames = FrameStore(config.max_codec_slots, max(config.first_chunk_frames, config.chunk_frames),
-                                 program.codes_per_frame, device)
+        self.frame_store = FrameStore(config.max_codec_slots, max(config.first_chunk_frames, config.chunk_frames),
+                                      program.codes_per_frame, device)
         self.chunks_sent = 0  # over all requests, since start-up
         # per request, at its first audio: (first chunk cut - taken up, first audio - first chunk cut) in seconds, the
         # worker's share of its time to first audio; the runtime drains it into the step log
@@ -129,14 +129,15 @@ class AudioPipeline:
             slot = self._free_slots.pop()
             self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
         # as many store slots as codec slots, so one is free here
-        self.streams[req_id] = _Stream(stream_key, address, slot, self.frames.open(), opened_at=self.clock())
+        self.streams[req_id] = _Stream(stream_key, address, slot, self.frame_store.open(), opened_at=self.clock())
         if slot is not None and warmup_codes is not None and len(warmup_codes):  # inline: the lanes primed theirs
             self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
     def push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
         """codes [n, 16]: one finished frame per entry of req_ids (in frame order per request)."""
         ready: list[tuple[str, int, torch.Tensor]] = []
-        streams, lanes, width = self.streams, self.lanes if self.mode is CodecMode.LANES else None, self.frames.width
+        streams, width = self.streams, self.frame_store.width
+        lanes = self.lanes if self.mode is CodecMode.LANES else None
         rows: list[int] = []
         places: list[int] = []
         cut: list[str] = []
@@ -167,7 +168,7 @@ class AudioPipeline:
                ready: list[tuple[str, int, torch.Tensor]]) -> None:
         """Scatter `codes[rows]` into the frame store, then cut the chunks of the streams in `cut`."""
         if rows:
-            self.frames.write(codes if len(rows) == len(codes) else codes[rows], places)
+            self.frame_store.write(codes if len(rows) == len(codes) else codes[rows], places)
         for req_id in cut:
             stream = self.streams[req_id]
             ready.append((req_id, stream.chunks_cut, self._take_pending(stream)))
@@ -176,7 +177,7 @@ class AudioPipeline:
             stream.chunks_cut += 1
 
     def _take_pending(self, stream: _Stream) -> torch.Tensor:
-        frames = self.frames.take(stream.store_slot, stream.pending)
+        frames = self.frame_store.take(stream.store_slot, stream.pending)
         stream.pending = 0
         return frames
 
@@ -215,7 +216,7 @@ class AudioPipeline:
     def _end(self, req_id: str, error: str | None) -> None:
         """Send END (or ERROR) and forget the request; in lanes mode also drop whatever of it is left there."""
         stream = self.streams.pop(req_id)
-        self.frames.close(stream.store_slot)
+        self.frame_store.close(stream.store_slot)
         if stream.slot is not None:
             self._free_slots.append(stream.slot)
         elif error is not None and self.lanes is not None:
