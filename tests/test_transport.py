@@ -32,24 +32,33 @@ def test_audio_arrives_in_order_per_stream_and_unknown_streams_are_dropped():
     assert err == (ERROR, "codec failed")
 
 
-def test_rows_of_a_larger_array_and_other_dtypes_arrive_as_their_float32_samples():
-    """The sender passes contiguous float32 rows without a copy and converts anything else."""
+def one_stream(send, count: int) -> list:
+    """The first `count` items one stream's queue receives from what `send(sender, address, key)` sends."""
     async def scenario():
         receiver = AudioReceiver()
         receiver.start()
         sender = AudioSender()
         key = new_stream_key()
         queue = receiver.open(key)
-        batch = np.arange(3 * 20000, dtype=np.float32).reshape(3, 20000)  # a row above zmq's copy threshold
-        sender.send_audio(receiver.address, key, 0, batch[1, :19200])
-        sender.send_audio(receiver.address, key, 1, batch[:, 7])  # strided: copied
-        sender.send_audio(receiver.address, key, 2, np.array([0.5, -0.25]))  # float64: converted
-        got = [await asyncio.wait_for(queue.get(), 5) for _ in range(3)]
+        send(sender, receiver.address, key)
+        got = [await asyncio.wait_for(queue.get(), 5) for _ in range(count)]
         sender.close()
         await receiver.aclose()
-        return batch, got
+        return got
 
-    batch, got = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_rows_of_a_larger_array_and_other_dtypes_arrive_as_their_float32_samples():
+    """The sender passes contiguous float32 rows without a copy and converts anything else."""
+    batch = np.arange(3 * 20000, dtype=np.float32).reshape(3, 20000)  # a row above zmq's copy threshold
+
+    def send(sender, address, key):
+        sender.send_audio(address, key, 0, batch[1, :19200])
+        sender.send_audio(address, key, 1, batch[:, 7])  # strided: copied
+        sender.send_audio(address, key, 2, np.array([0.5, -0.25]))  # float64: converted
+
+    got = one_stream(send, 3)
     assert [kind for kind, _ in got] == [AUDIO] * 3
     np.testing.assert_array_equal(got[0][1], batch[1, :19200])
     np.testing.assert_array_equal(got[1][1], batch[:, 7])
@@ -57,19 +66,10 @@ def test_rows_of_a_larger_array_and_other_dtypes_arrive_as_their_float32_samples
 
 
 def test_a_gap_in_sequence_numbers_is_reported_not_played():
-    async def scenario():
-        receiver = AudioReceiver()
-        receiver.start()
-        sender = AudioSender()
-        key = new_stream_key()
-        queue = receiver.open(key)
-        sender.send_audio(receiver.address, key, 1, np.zeros(3, dtype=np.float32))  # seq 0 never sent
-        item = await asyncio.wait_for(queue.get(), 5)
-        sender.close()
-        await receiver.aclose()
-        return item
+    def send(sender, address, key):
+        sender.send_audio(address, key, 1, np.zeros(3, dtype=np.float32))  # seq 0 never sent
 
-    kind, message = asyncio.run(scenario())
+    [(kind, message)] = one_stream(send, 1)
     assert kind == ERROR and "out of order" in message
 
 
