@@ -4,44 +4,50 @@
     python -m benchmarks.codec_layout_choice --fig3-flags '{"voxserve": {...}}'      # the same forms for fig3.measure
     python -m benchmarks.codec_layout_choice --split-from fig3.json '{"voxserve": {...}}'  # Figure 3's chosen split
 
-Of the compiled variants timed on the whole GPU at the largest batch (`graph+compile` as served, `+nhwc`, `+gemm`,
-`+nhwc+gemm`), the fastest sets its switches (`codec_channels_last`, `codec_gemm_low_rate_convs`) in the config; the
-reason goes to stderr. Session 6 timed channels-last 1.5x faster for one chunk but 16x slower for 16 (one cuDNN
-kernel), so a GPU session serves a form only where it measured faster."""
+Of the compiled variants timed on the whole GPU at the largest batch (`graph+compile` with any of `nhwc`, `gemm`,
+`dgemm`), the fastest sets every conv switch in the config as it ran (`codec_channels_last`,
+`codec_gemm_low_rate_convs`, `codec_gemm_wide_dilated_convs`: on for its options, off for the others, so the server
+runs what was timed whatever the defaults); the reason goes to stderr. Session 6 timed channels-last 1.5x faster for
+one chunk but 16x slower for 16 (one cuDNN kernel), so a GPU session serves a form only where it measured faster."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-SWITCHES = {"graph+compile": {}, "graph+compile+nhwc": {"codec_channels_last": True},
-            "graph+compile+gemm": {"codec_gemm_low_rate_convs": True},
-            "graph+compile+nhwc+gemm": {"codec_channels_last": True, "codec_gemm_low_rate_convs": True},
-            "graph+compile+dgemm": {"codec_gemm_wide_dilated_convs": True},
-            "graph+compile+gemm+dgemm": {"codec_gemm_low_rate_convs": True, "codec_gemm_wide_dilated_convs": True}}
+# codec_step's variant options (benchmarks/codec_step.make_program) and the config switch each one is
+OPTION_SWITCHES = {"nhwc": "codec_channels_last", "gemm": "codec_gemm_low_rate_convs",
+                   "dgemm": "codec_gemm_wide_dilated_convs"}
 
 
-def fastest_variant(result: dict) -> tuple[str, str]:
-    """The fastest variant at the largest batch that timed the served one, and why (served when none timed)."""
-    served = "graph+compile ms (whole GPU)"
-    rows = [r for r in result.get("rows", []) if served in r]
+def switches(variant: str) -> dict[str, bool] | None:
+    """Every conv switch as `variant` ran, or None for a variant the server cannot run (uncompiled, other options)."""
+    options = variant.split("+")
+    if options[:2] != ["graph", "compile"] or not set(options[2:]) <= set(OPTION_SWITCHES):
+        return None
+    return {switch: option in options[2:] for option, switch in OPTION_SWITCHES.items()}
+
+
+def fastest_variant(result: dict) -> tuple[str | None, str]:
+    """The fastest variant at the largest batch that timed the plain compiled one, and why; None (serve as
+    configured) where that one was not timed."""
+    plain = "graph+compile ms (whole GPU)"
+    rows = [r for r in result.get("rows", []) if plain in r]
     if not rows:
-        return "graph+compile", "the served variant was not timed"
+        return None, "the plain compiled variant was not timed"
     row = max(rows, key=lambda r: r["batch"])
-    times = {v: row[f"{v} ms (whole GPU)"] for v in SWITCHES if f"{v} ms (whole GPU)" in row}
+    times = {key.removesuffix(" ms (whole GPU)"): t for key, t in row.items()
+             if key.endswith(" ms (whole GPU)") and switches(key.removesuffix(" ms (whole GPU)")) is not None}
     best = min(times, key=times.get)
     return best, f"batch {row['batch']}: " + ", ".join(f"{v} {t:.2f} ms" for v, t in times.items())
 
 
-FIG3_FLAGS = {"codec_channels_last": "--codec-channels-last", "codec_gemm_low_rate_convs": "--codec-gemm-low-rate-convs",
-              "codec_gemm_wide_dilated_convs": "--codec-gemm-wide-dilated-convs"}
-
-
 def fig3_flags(config: dict) -> str:
-    """`benchmarks.fig3.measure`'s flags for the conv forms a served config sets (the others stay as served)."""
+    """`benchmarks.fig3.measure`'s flags (named as the switches) for the conv forms a served config sets; the
+    others stay as served."""
     voxserve = config.get("voxserve", {})
-    return " ".join(flag if voxserve[key] else flag.replace("--", "--no-", 1)
-                    for key, flag in FIG3_FLAGS.items() if key in voxserve)
+    return " ".join(("--" if voxserve[key] else "--no-") + key.replace("_", "-")
+                    for key in OPTION_SWITCHES.values() if key in voxserve)
 
 
 def split_from_fig3(fig3: dict, config: dict) -> tuple[dict, str]:
@@ -73,10 +79,11 @@ def main(argv: list[str]) -> int:
         with open(codec_json) as f:
             best, why = fastest_variant(json.load(f))
     except (OSError, ValueError) as exc:
-        best, why = "graph+compile", f"no codec_step result ({exc})"
+        best, why = None, f"no codec_step result ({exc})"
     config = json.loads(config_json)
-    config.setdefault("voxserve", {}).update(SWITCHES[best])
-    print(f"codec conv forms: {best} ({why})", file=sys.stderr)
+    if best is not None:
+        config.setdefault("voxserve", {}).update(switches(best))
+    print(f"codec conv forms: {best or 'as configured'} ({why})", file=sys.stderr)
     print(json.dumps(config, separators=(",", ":")))
     return 0
 

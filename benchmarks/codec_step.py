@@ -117,8 +117,9 @@ def profile_convolutions(step, device_activity) -> None:
 
 
 def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
-    """`graph`, `graph+compile` (as served), with any of `static-frames`, `1x1mm`, `nhwc` (the convs channels-last)
-    `gemm` (the low-rate convs as matmuls) and `dgemm` (the wide dilated ones) added; compiled or changed variants on a copy of the decoder."""
+    """`graph`, `graph+compile` (cuDNN convs; the server adds `dgemm` by default since 032af90), with any of
+    `static-frames`, `1x1mm`, `nhwc` (the convs channels-last), `gemm` (the low-rate convs as matmuls) and `dgemm` (the
+    wide dilated ones) added; compiled or changed variants on a copy of the decoder."""
     options = variant.split("+")
     if options[0] != "graph" or not set(options[1:]) <= {"compile", "static-frames", "1x1mm", "nhwc", "gemm", "dgemm"}:
         raise ValueError(f"unknown variant {variant!r}")

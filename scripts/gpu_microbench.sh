@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (torch only; no vLLM needed): the parts named in PARTS (default "tests,cp,codec", about 10 min;
 # "fig3" alone takes about 3 min): the GPU tests, the code-predictor frame (reference vs fused vs compiled), the
-# codec executable (uncompiled, with its convolutions listed; compiled with a dynamic chunk length, as served;
-# low-rate convs as matmuls; channels-last convs; both; on the whole GPU and a 48-SM codec partition), "codec_old"
-# (the same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone. Results:
+# codec executable (uncompiled, with its convolutions listed; compiled with a dynamic chunk length; with the wide
+# dilated convs as matmuls, as served; with channels-last convs too; on the whole GPU and a 48-SM codec partition),
+# "codec_old" (the same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone. Results:
 # $OUT/microbench.tgz (plot Figure 3 later with `python -m benchmarks.fig3.plot fig3.json` where matplotlib is).
 set -uo pipefail
 final_out=${OUT:?set OUT}
@@ -20,9 +20,9 @@ if [[ $parts == *,cp,* ]]; then
     > "$res/code_predictor_step.txt" 2>&1
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
-if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (30-55 s): eight here
+if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (30-55 s): six here
   timeout -k 5 "${CODEC_T:-480}" python3 -m benchmarks.codec_step --profile-batch "${CODEC_PROFILE:-16}" \
-    --variants "${CODEC_VARIANTS:-graph,graph+compile,graph+compile+gemm,graph+compile+nhwc,graph+compile+nhwc+gemm}" \
+    --variants "${CODEC_VARIANTS:-graph,graph+compile,graph+compile+dgemm,graph+compile+nhwc+dgemm}" \
     --batches "${CODEC_BATCHES:-1,16}" --frames 10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
 fi

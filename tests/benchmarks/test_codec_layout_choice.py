@@ -1,6 +1,6 @@
 import json
 
-from benchmarks.codec_layout_choice import fastest_variant, fig3_flags, main, split_from_fig3
+from benchmarks.codec_layout_choice import fastest_variant, fig3_flags, main, split_from_fig3, switches
 
 CONFIG = '{"voxserve":{"codec_dtype":"bfloat16"}}'
 
@@ -15,7 +15,7 @@ def test_the_fastest_form_at_the_largest_batch_is_chosen():
     assert fastest_variant(result(**{"": 11.31, "_nhwc": 181.61}))[0] == "graph+compile"  # session 6
     best, why = fastest_variant(result(**{"": 11.31, "_nhwc": 181.61, "_gemm": 7.7, "_nhwc_gemm": 4.9}))
     assert best == "graph+compile+nhwc+gemm" and why.startswith("batch 16: graph+compile 11.31 ms")
-    assert fastest_variant({"rows": [{"batch": 16, "graph ms (whole GPU)": 16.2}]})[0] == "graph+compile"
+    assert fastest_variant({"rows": [{"batch": 16, "graph ms (whole GPU)": 16.2}]})[0] is None  # serve as configured
 
 
 def test_main_prints_the_config_to_serve(tmp_path, capsys):
@@ -23,9 +23,14 @@ def test_main_prints_the_config_to_serve(tmp_path, capsys):
     (tmp_path / "served.json").write_text(json.dumps(result(**{"": 11.31, "_nhwc": 181.61})))
     main([str(tmp_path / "gemm.json"), CONFIG])
     assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
-                                                                "codec_gemm_low_rate_convs": True}}
-    main([str(tmp_path / "served.json"), CONFIG])
-    assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
+                                                                "codec_channels_last": False,
+                                                                "codec_gemm_low_rate_convs": True,
+                                                                "codec_gemm_wide_dilated_convs": False}}
+    main([str(tmp_path / "served.json"), CONFIG])  # every switch as timed, whatever the defaults
+    assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
+                                                                "codec_channels_last": False,
+                                                                "codec_gemm_low_rate_convs": False,
+                                                                "codec_gemm_wide_dilated_convs": False}}
     main([str(tmp_path / "missing.json"), CONFIG])  # a failed microbenchmark: serve as configured
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
 
@@ -49,3 +54,11 @@ def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, caps
     assert json.loads(capsys.readouterr().out)["voxserve"]["lanes"]["split"]["group_sms"] == 48
     main(["--split-from", str(tmp_path / "missing.json"), CONFIG])
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
+
+
+def test_a_variant_names_every_switch_it_ran_with():
+    assert switches("graph+compile+nhwc+dgemm") == {"codec_channels_last": True, "codec_gemm_low_rate_convs": False,
+                                                    "codec_gemm_wide_dilated_convs": True}
+    assert switches("graph") is None and switches("graph+compile+1x1mm") is None  # not a served form
+    best, _ = fastest_variant(result(**{"": 11.24, "_dgemm": 7.90, "_1x1mm": 1.0}))  # session 7, and a non-form
+    assert best == "graph+compile+dgemm"
