@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
-from vllm_voxserve.worker.codec_mode_rpc import RPC_METHOD
+from vllm_voxserve.worker.rpc import MODE_RPC_METHOD
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -50,7 +50,7 @@ def switch(url: str, mode: str) -> requests.Response:
 
 
 def test_switching_to_lanes_streams_the_same_audio(server):
-    assert RPC_METHOD == "voxserve_codec_mode"  # the name the API server's routes call
+    assert MODE_RPC_METHOD == "voxserve_codec_mode"  # the name the API server's routes call
     assert modes(server) == {"modes": ["inline", "lanes", "vllm-stock"], "current": "inline"}
     inline, _ = stream_pcm(server)
     jobs = [dict(seed=20 + i, max_new_tokens=14 + 6 * i, voice=v) for i, v in enumerate(["vivian", "aiden", "eric"])]

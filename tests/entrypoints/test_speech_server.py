@@ -26,8 +26,13 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(checkpoint, tmp_path_factory):
-    log = tmp_path_factory.mktemp("logs") / "serve-env.log"
+def server_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("logs") / "serve-env.log"
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint, server_log):
+    log = server_log
     # Overload shedding off: on this CPU concurrent requests cannot meet the 200 ms TTFA and would be answered 503
     # by design (tests/entrypoints/test_overload.py covers that path).
     voxserve = {"voxserve": {"scheduler": {"overload_mode": "off"}}}
@@ -133,7 +138,7 @@ def _running_requests(url: str) -> float:
     raise AssertionError("vllm:num_requests_running not in /metrics")
 
 
-def test_client_disconnect_frees_its_request(server):
+def test_client_disconnect_frees_its_request_and_ends_its_audio_in_the_worker(server, server_log):
     # ~1900 frames take about a minute on this CPU: the request can only stop this fast because it was aborted.
     # stream_format="audio" asks the server to stream (post_speech's `stream` only streams the client's reading)
     response = post_speech(server, stream=True, stream_format="audio", max_new_tokens=1900, ignore_eos=True,
@@ -149,6 +154,11 @@ def test_client_disconnect_frees_its_request(server):
     deadline = time.monotonic() + 30
     while _running_requests(server) > 0:
         assert time.monotonic() < deadline, "the disconnected request is still running"
+        time.sleep(0.5)
+    # the API server told the worker, which dropped what was left of the stream (a finished request's audio would
+    # otherwise still be decoded for nobody)
+    while "ended the audio of 1 stream(s) whose listeners left" not in server_log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the worker never heard that the listener left"
         time.sleep(0.5)
 
 

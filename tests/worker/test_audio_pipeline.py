@@ -11,7 +11,7 @@ from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder, make_random_speech_tokenizer
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline, CodecModeBusy
-from vllm_voxserve.worker.codec_mode_rpc import codec_mode_call
+from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call
 
 FIRST, LATER, B = 4, 3, 3  # chunk sizes in frames; background batch size
 
@@ -236,6 +236,82 @@ def test_a_failed_request_gets_error_and_frees_its_slot(program, mode):
         assert pipeline.lanes.queued_chunks == 0
     else:
         assert len(pipeline._free_slots) == 8
+
+
+def test_cancelling_a_finished_requests_stream_drops_its_backlog_and_keeps_the_others(program):
+    """A listener that leaves after its request finished generating: its queued chunks are never decoded, nothing
+    more is sent on its stream, its slots come back; the other stream's audio is whole."""
+    pipeline, sender, launches = make_pipeline(program, "lanes")
+    gate = hold_lane_batches(pipeline)
+    a, b = random_codes(FIRST + 3 * LATER, seed=21), random_codes(FIRST + LATER, seed=22)
+    pipeline.open("a", "key-a", "addr")
+    pipeline.open("b", "key-b", "addr")
+    pipeline.push(torch.cat([a[:FIRST], b[:FIRST]]), ["a"] * FIRST + ["b"] * FIRST)  # both chunk 0s in flight
+    pipeline.push(a[FIRST:], ["a"] * 3 * LATER)  # a's chunks 1-3 wait behind its chunk 0
+    pipeline.close("a")  # a generates no more; b does
+    assert pipeline.lanes.queued_chunks == 3
+    assert pipeline.cancel(["key-a", "key-unknown"]) == 1
+    assert pipeline.lanes.queued_chunks == 0 and "a" not in pipeline.streams
+    gate["open"] = True
+    pipeline.push(b[FIRST:], ["b"] * LATER)  # harvests both chunk 0s: a's audio is dropped
+    pipeline.close("b")
+    assert sender.of("key-a") == []
+    check_stream(sender, "key-b", full_decode(program, b), 2)
+    assert all(request_id != "a" for _, chunks, _ in launches[1:] for request_id, _ in chunks)
+    assert pipeline.lanes.manager.slots.num_free == 8 and not pipeline.lanes.busy
+    assert pipeline.frame_store._slots.num_free == 8
+
+
+@pytest.mark.parametrize("mode", ["inline", "lanes"])
+def test_cancelling_a_generating_stream_ends_it_silently_and_vllms_finish_after_it_is_a_no_op(program, mode):
+    pipeline, sender, _ = make_pipeline(program, mode)
+    a, b = random_codes(FIRST + LATER + 1, seed=23), random_codes(FIRST + 2, seed=24)
+    pipeline.open("a", "key-a", "addr")
+    pipeline.open("b", "key-b", "addr")
+    pipeline.push(torch.cat([a[:FIRST], b[:FIRST]]), ["a"] * FIRST + ["b"] * FIRST)
+    pipeline.push(a[FIRST:FIRST + 2], ["a"] * 2)  # a partial chunk pending
+    heard = sender.of("key-a")
+    assert pipeline.cancel(["key-a"]) == 1
+    pipeline.push(torch.cat([a[FIRST + 2:], b[FIRST:]]), ["a"] * (LATER - 1) + ["b"] * 2)  # vLLM's abort lags
+    pipeline.close("a")  # then vLLM finishes it
+    pipeline.close("b")
+    assert sender.of("key-a") == heard  # nothing after the cancel, not even END
+    check_stream(sender, "key-b", full_decode(program, b), 2)
+    assert not pipeline.streams
+    if mode == "lanes":
+        assert pipeline.lanes.manager.slots.num_free == 8 and not pipeline.lanes.busy
+    else:
+        assert len(pipeline._free_slots) == 8
+
+
+def test_cancelling_the_last_generating_stream_drains_the_finished_ones(program):
+    """The engine may take no step after the cancel (nothing generates): the others' audio must not wait for one."""
+    pipeline, sender, _ = make_pipeline(program, "lanes")
+    gate = hold_lane_batches(pipeline)
+    a, b = random_codes(FIRST, seed=25), random_codes(FIRST + LATER, seed=26)
+    pipeline.open("a", "key-a", "addr")
+    pipeline.open("b", "key-b", "addr")
+    pipeline.push(torch.cat([a, b[:FIRST]]), ["a"] * FIRST + ["b"] * FIRST)  # both chunk 0s in flight
+    pipeline.push(b[FIRST:], ["b"] * LATER)
+    pipeline.close("b")  # b finished generating, its chunk 1 waits; a still generates
+    assert sender.messages == []
+    gate["open"] = False
+    pipeline.cancel(["key-a"])
+    check_stream(sender, "key-b", full_decode(program, b), 2)
+    assert sender.of("key-a") == []
+    assert not pipeline.lanes.busy and pipeline.lanes.manager.slots.num_free == 8
+
+
+def test_worker_rpc_cancels_by_stream_key(program):
+    pipeline, sender, _ = make_pipeline(program, "lanes")
+
+    class Runner:
+        speech = type("Speech", (), {"pipeline": pipeline})()
+
+    pipeline.open("a", "key-a", "addr")
+    assert cancel_audio_call(Runner(), ["key-a", "key-b"]) == {"status": 200, "cancelled": 1}
+    assert cancel_audio_call(Runner(), ["key-a"]) == {"status": 200, "cancelled": 0}
+    assert cancel_audio_call(object(), ["key-a"])["status"] == 503
 
 
 @pytest.mark.parametrize("mode", ["inline", "lanes"])

@@ -111,7 +111,7 @@ async def list_voices(raw: Request):
             "languages": service.tables.supported_languages}
 
 
-_MODE_RPC = "voxserve_codec_mode"  # worker method, see vllm_voxserve/worker/codec_mode_rpc.py
+_MODE_RPC = "voxserve_codec_mode"  # worker method, see vllm_voxserve/worker/rpc.py
 
 
 async def _codec_mode_rpc(raw: Request, mode: str | None):

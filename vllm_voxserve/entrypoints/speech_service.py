@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import time
 from collections.abc import AsyncIterator
@@ -35,8 +36,11 @@ from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, new_stream
 
 from .speech_request import SpeechRequest, decode_reference_audio
 
+logger = logging.getLogger(__name__)
+
 # After vLLM reports the request finished, its last audio must follow within this time.
 AUDIO_END_TIMEOUT_S = 60.0
+CANCEL_RPC = "voxserve_cancel_audio"  # worker method, see vllm_voxserve/worker/rpc.py
 
 
 # Scheduling hint for the engine's scheduler (`scheduler.adapter.PLAN_KEY`): audio frames the text will take.
@@ -75,6 +79,7 @@ class SpeechService:
         gen_path = Path(model_path) / "generation_config.json"
         self.generation_defaults = json.loads(gen_path.read_text()) if gen_path.exists() else {}
         self.receiver = AudioReceiver()
+        self.cancels = AudioCancels(engine_client)
 
     def start(self) -> None:
         self.receiver.start()
@@ -171,6 +176,7 @@ class SpeechService:
         queue = self.receiver.open(job.stream_key)
         request_id = f"speech-{job.stream_key}"
         engine = asyncio.get_running_loop().create_task(self._run_engine(prompt_ids, params, request_id, queue))
+        kind = None
         try:
             while True:
                 kind, payload = await queue.get()
@@ -186,6 +192,8 @@ class SpeechService:
                     raise SynthesisError(payload)
         finally:
             self.receiver.close(job.stream_key)
+            if kind in (AUDIO, None):  # left before the worker ended the stream: its audio is nobody's now
+                self.cancels.add(job.stream_key)
             if not engine.done():
                 engine.cancel()  # cancelling generate() aborts the request in the engine
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -209,6 +217,30 @@ class SpeechService:
         finished = time.monotonic()
         await asyncio.sleep(AUDIO_END_TIMEOUT_S)
         queue.put_nowait((ERROR, f"audio did not finish {time.monotonic() - finished:.0f} s after the request did"))
+
+
+class AudioCancels:
+    """Streams whose listeners left, sent to the workers (`collective_rpc`), which then stop decoding their audio.
+    vLLM's abort alone stops only a request still generating; one that finished generating can have seconds of audio
+    left to decode. Keys gather while one call is in flight: a burst of departures costs a few calls."""
+
+    def __init__(self, engine_client) -> None:
+        self.engine_client = engine_client
+        self._pending: set[str] = set()
+        self._sender: asyncio.Task | None = None
+
+    def add(self, stream_key: str) -> None:
+        self._pending.add(stream_key)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        while self._pending:
+            keys, self._pending = sorted(self._pending), set()
+            try:
+                await self.engine_client.collective_rpc(CANCEL_RPC, args=(keys,))
+            except Exception:  # the engine is gone or a worker raised: the audio stops with it, or at END
+                logger.exception("cancelling the audio of %d stream(s) failed", len(keys))
 
 
 def expected_frames(request: SpeechRequest) -> int:

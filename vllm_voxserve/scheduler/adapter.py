@@ -38,7 +38,7 @@ from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.report import LaneBacklog, RequestProgress, StepReport
 from vllm_voxserve.scheduler.serving_mode import handle_mode_call
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
-from vllm_voxserve.worker.codec_mode_rpc import RPC_METHOD
+from vllm_voxserve.worker.rpc import MODE_RPC_METHOD
 from vllm_voxserve.worker.step_timing import StepHostTimes
 
 JOB_KEY = "voxserve"  # extra_args key of the speech job (models.qwen3_tts.job.EXTRA_ARGS_KEY)
@@ -78,7 +78,7 @@ class SpeechPolicyMixin:
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        route_mode_rpc_through_scheduler(RPC_METHOD, handle_mode_call)  # this is the engine-core process
+        route_mode_rpc_through_scheduler(MODE_RPC_METHOD, handle_mode_call)  # this is the engine-core process
         config = VoxServeConfig.from_additional_config(self.vllm_config.additional_config)
         self.planner = Planner(config.scheduler_policy())
         self.max_audio_streams = config.max_codec_slots

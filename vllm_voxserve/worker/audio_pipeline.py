@@ -6,7 +6,7 @@ may be shorter). The codec mode decides where a ready chunk goes:
   stock vLLM deployment would do it);
 - `lanes`: handed to the codec lanes, which the pure policy drives (`chunk_dispatch.LaneDispatch`).
 Either way a request's audio leaves in chunk order, then END (or ERROR). The mode can be switched while no request
-is open (`set_codec_mode`, reached from the API server through `collective_rpc`, see `codec_mode_rpc`).
+is open (`set_codec_mode`, reached from the API server through `collective_rpc`, see `worker.rpc`).
 """
 
 from __future__ import annotations
@@ -211,16 +211,33 @@ class AudioPipeline:
     def fail(self, req_id: str, error: str) -> None:
         self.close(req_id, error)
 
+    def cancel(self, stream_keys: list[str]) -> int:
+        """The listeners of these streams left (the API server closed them): end each now, dropping its frames and
+        chunks not yet decoded, and send nothing more. vLLM's abort stops the backbone, but a request that finished
+        generating before its listener left still has its audio to decode: in session 8 on the H200, ~1,500 chunks of
+        the requests of a probe cut short kept the codec lanes and all 256 codec slots busy into the next window.
+        Returns how many streams were open here."""
+        wanted = set(stream_keys)
+        found = [req_id for req_id, stream in self.streams.items() if stream.stream_key in wanted]
+        for req_id in found:
+            self._end(req_id, None, notify=False)
+        if found and self.lanes is not None and self.mode is CodecMode.LANES:
+            self.lanes.settle()  # the others' audio must not wait for a step that may never come
+        return len(found)
+
     # audio out ---------------------------------------------------------------------------------------------------
 
-    def _end(self, req_id: str, error: str | None) -> None:
-        """Send END (or ERROR) and forget the request; in lanes mode also drop whatever of it is left there."""
+    def _end(self, req_id: str, error: str | None, notify: bool = True) -> None:
+        """Send END (or ERROR) and forget the request; after an error, or when nobody listens (`notify` false), in
+        lanes mode also drop whatever of it is left there."""
         stream = self.streams.pop(req_id)
         self.frame_store.close(stream.store_slot)
         if stream.slot is not None:
             self._free_slots.append(stream.slot)
-        elif error is not None and self.lanes is not None:
+        elif (error is not None or not notify) and self.lanes is not None:
             self.lanes.abort(req_id)
+        if not notify:
+            return
         if error is None:
             self.sender.send_end(stream.address, stream.stream_key, stream.seq)
         else:

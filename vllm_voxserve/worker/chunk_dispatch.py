@@ -111,10 +111,15 @@ class LaneDispatch:
         req.state.generation_done = True
         if not req.queue and not req.state.chunk_in_flight:
             self._end(request_id)
+        self.settle()
+
+    def settle(self) -> None:
+        """After a request left the generating set: pump while others still generate (the engine steps again, and
+        each step pumps), else drain, since the engine may take no further step."""
         if any(not r.state.generation_done for r in self.requests.values()):
-            self.pump()  # requests still generating: the engine steps again, and each step pumps
+            self.pump()
         else:
-            self.drain()  # the engine may take no further step: finish everything now
+            self.drain()
 
     def abort(self, request_id: str) -> None:
         """Drop the request: queued chunks are forgotten, the audio of one in flight is discarded."""

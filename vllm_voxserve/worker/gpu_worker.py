@@ -12,7 +12,7 @@ from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.compat import capture_vllm_graphs_on
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.scheduler.adapter import attach_report
-from vllm_voxserve.worker.codec_mode_rpc import codec_mode_call
+from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
 
 logger = logging.getLogger(__name__)
@@ -58,5 +58,9 @@ class VoxServeGPUWorker(Worker):
         return output
 
     def voxserve_codec_mode(self, mode: str | None = None) -> dict:
-        """`collective_rpc` target (codec_mode_rpc.RPC_METHOD): report, and with `mode` switch, the codec mode."""
+        """`collective_rpc` target (rpc.MODE_RPC_METHOD): report, and with `mode` switch, the codec mode."""
         return codec_mode_call(self.model_runner, mode)
+
+    def voxserve_cancel_audio(self, stream_keys: list[str]) -> dict:
+        """`collective_rpc` target (rpc.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
+        return cancel_audio_call(self.model_runner, stream_keys)

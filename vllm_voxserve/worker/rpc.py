@@ -1,10 +1,11 @@
-"""The worker end of `GET /voxserve/modes` and `POST /voxserve/mode`: a method our worker classes expose to vLLM's
-`collective_rpc` (0.26 resolves a string method with `getattr(worker, name)` on each worker and runs it on the
-thread that runs the worker's steps: the worker process's busy loop on CPU, the engine core's loop on GPU; so it never
-runs while a step touches the audio pipeline).
+"""The worker ends of our `collective_rpc` calls from the API server: `GET /voxserve/modes` and `POST /voxserve/mode`
+(`codec_mode_call`), and streams whose listeners left (`cancel_audio_call`). Our worker classes expose them as
+methods (0.26 resolves a string method with `getattr(worker, name)` on each worker and runs it on the thread that runs
+the worker's steps: the worker process's busy loop on CPU, the engine core's loop on GPU; so it never runs while a
+step touches the audio pipeline).
 
 Replies are plain dicts (they cross process boundaries): `{"status": 200, "modes": [...], "current": NAME}`, or
-`{"status": 400 | 409 | 500 | 503, "error": TEXT, ...}`.
+`{"status": 400 | 409 | 500 | 503, "error": TEXT, ...}`; `{"status": 200, "cancelled": N}`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from vllm_voxserve.worker.audio_pipeline import CodecModeBusy
 
 logger = logging.getLogger(__name__)
 
-RPC_METHOD = "voxserve_codec_mode"
+MODE_RPC_METHOD = "voxserve_codec_mode"
+CANCEL_RPC_METHOD = "voxserve_cancel_audio"
 
 
 def speech_runtime(model_runner):
@@ -43,3 +45,14 @@ def codec_mode_call(model_runner, mode: str | None) -> dict:
             logger.exception("switching the codec mode to %r failed", mode)
             return {"status": 500, "error": f"switching to {mode!r} failed: {exc}", **pipeline.codec_modes()}
     return {"status": 200, **pipeline.codec_modes()}
+
+
+def cancel_audio_call(model_runner, stream_keys: list[str]) -> dict:
+    """End the audio of these streams now (their listeners left): nothing more is decoded or sent for them."""
+    runtime = speech_runtime(model_runner)
+    if runtime is None:
+        return {"status": 503, "error": "this worker has no speech runtime (model not loaded yet?)"}
+    cancelled = runtime.pipeline.cancel(list(stream_keys))
+    if cancelled:
+        logger.info("voxserve: ended the audio of %d stream(s) whose listeners left", cancelled)
+    return {"status": 200, "cancelled": cancelled}
