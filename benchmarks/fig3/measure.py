@@ -21,7 +21,13 @@ import torch
 from benchmarks.fig3.backbone import backbone_step_factory
 from vllm_voxserve.codec_lanes.executables import capture_step_graphs
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
-from vllm_voxserve.codec_lanes.split_chooser import Workload, choose_split, codec_step_factory, profile_splits
+from vllm_voxserve.codec_lanes.split_chooser import (
+    CODEC_HEADROOM,
+    Workload,
+    choose_split,
+    codec_step_factory,
+    profile_splits,
+)
 from vllm_voxserve.config import VoxServeConfig
 
 
@@ -67,6 +73,8 @@ def main() -> None:
                     default=served.codec_gemm_low_rate_convs, help="the codec's convs before the upsampling as matmuls")
     ap.add_argument("--codec-gemm-wide-dilated-convs", action=argparse.BooleanOptionalAction,
                     default=served.codec_gemm_wide_dilated_convs, help="the codec's wide dilated convs as matmuls")
+    ap.add_argument("--codec-headroom", type=float, default=CODEC_HEADROOM,
+                    help="codec frames per backbone frame a split must measure to keep up (split_chooser)")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
     ap.add_argument("--out", default="fig3.json")
     args = ap.parse_args()
@@ -120,9 +128,10 @@ def main() -> None:
         result["side_by_side"].append(dict(
             lm_sms=m.lm_sms, codec_sms=m.codec_sms, backbone_step_ms=m.backbone_step_ms, codec_batch_ms=m.codec_batch_ms,
             codec_batch1_ms=one.codec_batch_ms, backbone_frames_per_s=m.backbone_frames_per_s,
-            codec_frames_per_s=m.codec_frames_per_s, keeps_up=m.codec_keeps_up))
+            codec_frames_per_s=m.codec_frames_per_s, codec_margin=m.codec_margin,
+            keeps_up=m.codec_margin >= args.codec_headroom))
         save()
-    choice = choose_split(side)
+    choice = choose_split(side, args.codec_headroom)
     result.update(chosen_codec_sms=choice.best.codec_sms, chosen_keeps_up=choice.codec_keeps_up)
     save()
     by24 = {m["codec_sms"]: m for m in result["side_by_side"]}.get(24)

@@ -344,7 +344,7 @@ def test_split_chooser_profiles_candidate_splits():
     report("split_chooser", workload=[work.backbone_batch, work.codec_batch, work.frames_per_chunk],
            table=[dict(lm_sms=m.lm_sms, codec_sms=m.codec_sms, step_ms=round(m.backbone_step_ms, 4),
                        codec_batch_ms=round(m.codec_batch_ms, 4), backbone_fps=round(m.backbone_frames_per_s),
-                       codec_fps=round(m.codec_frames_per_s), keeps_up=m.codec_keeps_up) for m in results],
+                       codec_fps=round(m.codec_frames_per_s), margin=round(m.codec_margin, 2)) for m in results],
            chosen_codec_sms=choice.best.codec_sms, chosen_keeps_up=choice.codec_keeps_up)
     assert [m.codec_sms for m in results] == sorted(m.codec_sms for m in results)
     assert all(m.lm_sms + m.codec_sms <= 132 for m in results)

@@ -1,7 +1,7 @@
 import pytest
 
 from vllm_voxserve.codec_lanes import LmLane, SplitSpec, cpu_partitions
-from vllm_voxserve.codec_lanes.split_chooser import SplitMeasurement, Workload, choose_split
+from vllm_voxserve.codec_lanes.split_chooser import CODEC_HEADROOM, SplitMeasurement, Workload, choose_split
 
 WORK = Workload(backbone_batch=64, codec_batch=16, frames_per_chunk=10)
 
@@ -14,17 +14,20 @@ def test_rates_follow_from_the_workload():
     m = measured(24, step_ms=10.0, batch_ms=20.0)
     assert m.backbone_frames_per_s == pytest.approx(6400)  # 64 frames per 10 ms
     assert m.codec_frames_per_s == pytest.approx(8000)  # 160 frames per 20 ms
-    assert m.codec_keeps_up
+    assert m.codec_margin == pytest.approx(1.25)
 
 
-def test_picks_the_fastest_backbone_among_splits_whose_codec_keeps_up():
+def test_picks_the_fastest_backbone_among_splits_whose_codec_keeps_up_with_headroom():
     splits = [
         measured(16, step_ms=9.5, batch_ms=40.0),  # fastest backbone, codec 4000 < 6737: falls behind
-        measured(24, step_ms=9.8, batch_ms=24.0),  # codec 6667 >= 6531: keeps up
-        measured(32, step_ms=10.5, batch_ms=18.0),  # keeps up, slower backbone
+        measured(24, step_ms=9.8, batch_ms=24.0),  # codec 6667 >= 6531 but only 1.02x
+        measured(32, step_ms=10.5, batch_ms=18.0),  # 8889 / 6095 = 1.46x: keeps up, slower backbone
+        measured(48, step_ms=11.0, batch_ms=12.0),  # keeps up, slower still
     ]
     choice = choose_split(splits)
-    assert choice.codec_keeps_up and choice.best.codec_sms == 24
+    assert 1.02 < CODEC_HEADROOM <= 1.46
+    assert choice.codec_keeps_up and choice.best.codec_sms == 32
+    assert choose_split(splits, headroom=1.0).best.codec_sms == 24  # no headroom: the bare rate comparison
 
 
 def test_codec_bound_model_gets_the_balanced_split():
