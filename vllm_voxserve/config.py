@@ -66,6 +66,9 @@ class LanesConfig:
     frame_counts: tuple[int, ...] = ()  # chunk lengths with executables; () means the configured chunk sizes
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes of the urgent lane's executables
     background_max_batch: int = 32  # largest background batch (executables at powers of two up to it)
+    # background batches in flight at once, each with its own executables: 2 queues the next behind the running one,
+    # so the codec partition does not idle until the next engine step feeds it
+    background_depth: int = 2
     use_graphs: bool = True  # CUDA graphs per (bucket, frames); ignored on CPU
     split: LaneSplitConfig = LaneSplitConfig()
     # Capture vLLM's backbone graphs on the LM side of `split` (GPU, Model Runner V2), so decode steps stay off the
@@ -82,6 +85,7 @@ class LanesConfig:
         if not self.urgent_buckets:
             raise ValueError("voxserve.lanes.urgent_buckets must not be empty")
         _check_positive_int("voxserve.lanes.background_max_batch", self.background_max_batch)
+        _check_positive_int("voxserve.lanes.background_depth", self.background_depth)
         for name in ("use_graphs", "lm_partition"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.lanes.{name} must be true or false, got {getattr(self, name)!r}")

@@ -47,3 +47,13 @@ def test_the_schedulers_window_gets_its_own_table():
 
 def test_other_log_lines_are_not_rows():
     assert parse_line("(APIServer pid=871) INFO 11-30 17:04:50 [loggers.py:310] Engine 000: Running: 97 reqs") is None
+
+
+def test_the_worker_threads_line_gets_its_own_table():
+    line = ("(EngineCore pid=1) INFO 12-01 05:00:10 [runtime.py:140] voxserve threads, share of a CPU: "
+            "MainThread (7) 96%, EngineCoreOutputThread (9) 31%")
+    row = parse_line(line)
+    assert row == {"time": "05:00:10", "source": "threads",
+                   "threads": "MainThread (7) 96%, EngineCoreOutputThread (9) 31%"}
+    table = format_table([row]).splitlines()
+    assert table[-1] == "05:00:10  MainThread (7) 96%, EngineCoreOutputThread (9) 31%" and len(table) == 4

@@ -113,6 +113,40 @@ def test_busy_lane_and_bad_batches_are_refused(codec):
     assert all(c.seconds > 0 for c in costs) and mgr.take_batch_costs() == []
 
 
+def test_the_background_lane_queues_a_second_batch_in_its_own_buffers(codec):
+    """Depth 2: a batch launches while another is in flight (on CPU both have run at launch, so a shared output
+    buffer would hand the first batch the second's audio); a third waits; batches come back in launch order."""
+    mgr, got = make_manager(codec)
+    utts = {rid: utterance(codec, 2, seed=10 + i) for i, rid in enumerate("abcd")}
+    for rid in utts:
+        mgr.open_request(rid)
+    lane = mgr.lanes[LaneKind.BACKGROUND]
+    harvest = lane.harvest
+    lane.harvest = lambda block=False: harvest(block) if block else None  # in flight until a blocking poll
+    mgr.submit(LaneKind.BACKGROUND, [CodecChunk("a", 0, utts["a"][0]), CodecChunk("b", 0, utts["b"][0])])
+    assert mgr.can_launch(LaneKind.BACKGROUND) and not mgr.is_idle(LaneKind.BACKGROUND)
+    mgr.submit(LaneKind.BACKGROUND, [CodecChunk("c", 0, utts["c"][0])])
+    assert not mgr.can_launch(LaneKind.BACKGROUND)
+    with pytest.raises(RuntimeError, match="busy"):
+        mgr.submit(LaneKind.BACKGROUND, [CodecChunk("d", 0, utts["d"][0])])
+    mgr.submit(LaneKind.URGENT, [CodecChunk("d", 0, utts["d"][0])])  # the urgent lane: depth 1, still free
+    assert not mgr.can_launch(LaneKind.URGENT)
+    assert mgr.poll() == 1  # the urgent batch; the background ones are held
+    assert mgr.drain() == 3 and mgr.is_idle(LaneKind.BACKGROUND)
+    assert [(c.request_id, c.lane) for c in got[1:]] == [("a", LaneKind.BACKGROUND), ("b", LaneKind.BACKGROUND),
+                                                           ("c", LaneKind.BACKGROUND)]
+    for rid in "abc":
+        mgr.submit(LaneKind.BACKGROUND, [CodecChunk(rid, 1, utts[rid][1], is_last=True)])
+        mgr.drain()
+    mgr.submit(LaneKind.URGENT, [CodecChunk("d", 1, utts["d"][1], is_last=True)])
+    mgr.drain()
+    for rid, chunks in utts.items():
+        mine = [c.audio for c in got if c.request_id == rid]
+        assert torch.allclose(torch.cat(mine), decode_alone(codec, chunks), atol=1e-5), rid
+    assert [c.size for c in mgr.take_batch_costs() if c.lane is LaneKind.BACKGROUND] == [2, 1, 1, 1, 1]
+    assert mgr.slots.num_free == 8
+
+
 def test_closed_request_drops_audio_and_its_reused_slot_starts_fresh(codec):
     mgr, got = make_manager(codec, max_requests=1)
     first = utterance(codec, 2, seed=5)
@@ -150,3 +184,5 @@ def test_config_rejects_bad_values():
         LaneConfig(frame_counts=())
     with pytest.raises(ValueError):
         LaneConfig(background_max_batch=0)
+    with pytest.raises(ValueError):
+        LaneConfig(background_depth=0)

@@ -1,7 +1,8 @@
 """The background codec lane: batches of chunks with slack, on the codec SM partition.
 
 Buckets are powers of two up to the largest batch; a batch may span several backbone
-steps while the LM lane keeps stepping on its own partition.
+steps while the LM lane keeps stepping on its own partition. `depth` executable sets
+(sharing one graph memory pool) let the next batch queue behind the running one.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from vllm_voxserve.models.program import CodecProgram, CodecStatePool
 
 def make_background_lane(program: CodecProgram, pool: CodecStatePool, partitions: Partitions,
                          frame_counts: Sequence[int], padding_slot: int, use_graphs: bool,
-                         max_batch: int) -> CodecLane:
-    exe = CodecExecutables(program, pool, partitions.codec_stream, partitions.codec_launch_stream,
-                           partitions.device, powers_of_two_up_to(max_batch), frame_counts, padding_slot, use_graphs)
-    exe.capture()
-    return CodecLane(LaneKind.BACKGROUND, exe)
+                         max_batch: int, depth: int = 2) -> CodecLane:
+    sets = []
+    for _ in range(depth):
+        exe = CodecExecutables(program, pool, partitions.codec_stream, partitions.codec_launch_stream,
+                               partitions.device, powers_of_two_up_to(max_batch), frame_counts, padding_slot,
+                               use_graphs)
+        exe.capture(mempool=sets[0].mempool if sets else None)
+        sets.append(exe)
+    return CodecLane(LaneKind.BACKGROUND, sets)

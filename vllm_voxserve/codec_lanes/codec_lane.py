@@ -1,15 +1,18 @@
-"""A codec lane: an in-order queue of codec batches on one stream, at most one batch in flight.
+"""A codec lane: an in-order queue of codec batches on one stream.
 
-The scheduler gives a lane its next batch as soon as the previous one is harvested
-(paper §3.1), so a lane never queues more than one batch; its static buffers and pinned
-staging are therefore free whenever the lane is idle. Completion is read with a CUDA
-event (`query()`, never a blocking sync), so polling does not stall the LM lane.
+A lane holds at most `depth` batches in flight, each in its own set of executables (static buffers, pinned
+staging, graphs): the urgent lane one, so a first chunk never queues behind another batch; the background lane two,
+so that while one batch runs the next is already queued on the stream and the codec partition does not idle until
+the next engine step's pump feeds it (session 8 on the H200: 80 % busy with hundreds of chunks waiting). The
+scheduler still sends a request's next chunk only after its previous one finished. Completion is read with a CUDA
+event (`query()`, never a blocking sync), so polling does not stall the LM lane; batches are harvested in launch order.
 """
 
 from __future__ import annotations
 
 import enum
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,19 +48,34 @@ class FinishedChunk:
     lane: LaneKind
 
 
-class CodecLane:
-    """Runs batches of chunks through one lane's executables on one stream."""
+@dataclass(slots=True)
+class _Batch:
+    chunks: tuple[CodecChunk, ...]
+    start: Any = None  # CUDA events around its work on the stream (None on CPU)
+    done: Any = None
+    cpu_seconds: float = 0.0
 
-    def __init__(self, kind: LaneKind, executables: CodecExecutables) -> None:
+
+class CodecLane:
+    """Runs batches of chunks through one lane's executables on one stream. `executables`: one set per batch that
+    may be in flight (the lane's depth), all with the same buckets and frame counts, on the same stream."""
+
+    def __init__(self, kind: LaneKind, executables: CodecExecutables | Sequence[CodecExecutables]) -> None:
+        sets = [executables] if isinstance(executables, CodecExecutables) else list(executables)
+        if not sets or any((e.buckets, e.frame_counts, e.stream) != (sets[0].buckets, sets[0].frame_counts,
+                                                                     sets[0].stream) for e in sets):
+            raise ValueError("a lane's executable sets must share buckets, frame counts and stream")
         self.kind = kind
-        self.executables = executables
-        self.stream = executables.stream  # None on CPU
-        self._in_flight: tuple[CodecChunk, ...] = ()
-        self._frames = 0
-        self._start: Any = None
-        self._done: Any = None
-        self._cpu_seconds = 0.0
+        self.executables = sets[0]  # the shape every set shares
+        self._sets = sets
+        self.stream = self.executables.stream  # None on CPU
+        self._in_flight: deque[_Batch] = deque()
+        self._next_set = 0  # sets are used in turn and harvested in order: this one is free whenever one is
         self.last_batch_seconds = 0.0  # device time of the last harvested batch (staging included)
+
+    @property
+    def depth(self) -> int:
+        return len(self._sets)
 
     @property
     def max_batch(self) -> int:
@@ -66,6 +84,10 @@ class CodecLane:
     def is_idle(self) -> bool:
         """True when no batch is in flight (finished batches count until harvested)."""
         return not self._in_flight
+
+    def can_launch(self) -> bool:
+        """True when fewer than `depth` batches are in flight."""
+        return len(self._in_flight) < self.depth
 
     def frames_for(self, chunks: Sequence[CodecChunk]) -> int:
         """The prepared frame count a batch runs at. Only a request's last chunk may be
@@ -80,17 +102,18 @@ class CodecLane:
 
     def launch(self, chunks: Sequence[CodecChunk], slots: Sequence[int], fresh_slots: Sequence[int]) -> None:
         """Queue one batch (asynchronous on CUDA). `fresh_slots` are reset before decoding."""
-        if not self.is_idle():
-            raise RuntimeError(f"{self.kind.value} lane already has a batch in flight")
+        if not self.can_launch():
+            raise RuntimeError(f"{self.kind.value} lane already has {self.depth} batch(es) in flight")
         if not chunks or len(chunks) > self.max_batch:
             raise ValueError(f"batch of {len(chunks)} does not fit the {self.kind.value} lane (max {self.max_batch})")
         frames = self.frames_for(chunks)
-        exe = self.executables
+        exe = self._sets[self._next_set]
+        batch = _Batch(tuple(chunks))
         if self.stream is None:
             t = time.perf_counter()
             bucket = exe.plan([c.codes for c in chunks], slots, fresh_slots, frames)
             exe.run(bucket, frames)
-            self._cpu_seconds = time.perf_counter() - t
+            batch.cpu_seconds = time.perf_counter() - t
         else:
             producer = torch.cuda.current_stream(exe.device)
             if any(c.codes.is_cuda for c in chunks):
@@ -99,34 +122,36 @@ class CodecLane:
                     if c.codes.is_cuda:
                         c.codes.record_stream(self.stream)
             with torch.cuda.stream(self.stream):
-                self._start = torch.cuda.Event(enable_timing=True)
-                self._start.record(self.stream)
+                # recorded when the stream gets here, i.e. after the batch before it: its device time alone
+                batch.start = torch.cuda.Event(enable_timing=True)
+                batch.start.record(self.stream)
                 bucket = exe.plan([c.codes for c in chunks], slots, fresh_slots, frames)
                 exe.run(bucket, frames)
                 exe.copy_out(len(chunks))
-                self._done = torch.cuda.Event(enable_timing=True)
-                self._done.record(self.stream)
-        self._in_flight, self._frames = tuple(chunks), frames
+                batch.done = torch.cuda.Event(enable_timing=True)
+                batch.done.record(self.stream)
+        self._in_flight.append(batch)
+        self._next_set = (self._next_set + 1) % self.depth
 
     def finished(self) -> bool:
-        """Non-blocking: has the batch in flight finished on the device?"""
-        return bool(self._in_flight) and (self._done is None or self._done.query())
+        """Non-blocking: has the oldest batch in flight finished on the device?"""
+        return bool(self._in_flight) and (self._in_flight[0].done is None or self._in_flight[0].done.query())
 
     def harvest(self, block: bool = False) -> list[FinishedChunk] | None:
-        """Return the finished batch's audio and free the lane, or None if it is still running."""
+        """Return the oldest batch's audio and free its set, or None if it is still running (or none is in flight)."""
         if not self._in_flight:
             return None
+        batch = self._in_flight[0]
         if not self.finished():
             if not block:
                 return None
-            self._done.synchronize()
-        spf = self.executables.program.samples_per_frame
-        wav = self.executables.wav_host[: len(self._in_flight)].clone()  # one copy: the next batch reuses wav_host
+            batch.done.synchronize()
+        exe = self._sets[(self._next_set - len(self._in_flight)) % self.depth]
+        spf = exe.program.samples_per_frame
+        wav = exe.wav_host[: len(batch.chunks)].clone()  # one copy: the set's next batch reuses wav_host
         out = [FinishedChunk(c.request_id, c.chunk_index, wav[i, :c.codes.shape[0] * spf], c.is_last, self.kind)
-               for i, c in enumerate(self._in_flight)]
-        if self._done is None:
-            self.last_batch_seconds = self._cpu_seconds
-        else:
-            self.last_batch_seconds = self._start.elapsed_time(self._done) / 1000.0
-        self._in_flight, self._start, self._done = (), None, None
+               for i, c in enumerate(batch.chunks)]
+        self.last_batch_seconds = (batch.cpu_seconds if batch.done is None
+                                   else batch.start.elapsed_time(batch.done) / 1000.0)
+        self._in_flight.popleft()
         return out

@@ -3,10 +3,10 @@
 `plan()` is host work (fill pinned staging, queue the copies into the static inputs);
 `run()` replays the graph (or runs eagerly on CPU / when graphs are off). Graphs are
 captured on the partition's green stream, which fixes their SMs, and replayed on its
-primary-context launch stream (see partitions.py for why). Graphs of one
-executable set share one memory pool: they never run at the same time, because a lane
-has at most one batch in flight. Static inputs and outputs are allocated outside
-capture, so graphs only hold their scratch in the pool.
+primary-context launch stream (see partitions.py for why). Graphs of one lane share one
+memory pool, over all its executable sets: they never run at the same time, because a
+lane's batches run one after another on its stream. Static inputs and outputs are
+allocated outside capture, so graphs only hold their scratch in the pool.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class CodecExecutables:
                 self.codes, self.slots, self.reset_slots, self.wav)
         self.padding_slot = padding_slot
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.mempool: Any = None  # the graphs' memory pool, once captured
 
     def keys(self) -> list[tuple[int, int]]:
         return [(b, f) for b in self.buckets for f in self.frame_counts]
@@ -75,15 +76,17 @@ class CodecExecutables:
         wav = self.program.decode(self.codes[:bucket, :frames], self.slots[:bucket], self.pool)
         self.wav[:bucket, :frames * self.program.samples_per_frame].copy_(wav)
 
-    def capture(self, warmup: int = 2) -> None:
-        """Warm up on the partition (so library heuristics see it), then capture every key.
+    def capture(self, warmup: int = 2, mempool: Any = None) -> None:
+        """Warm up on the partition (so library heuristics see it), then capture every key, into `mempool` (another
+        set's of the same lane) or a new pool.
 
         Static slots all point at the padding slot here, so no request's state is touched."""
         if not self.use_graphs:
             return
         self.slots.fill_(self.padding_slot)
         steps = {key: (lambda k=key: self._eager(*k)) for key in self.keys()}
-        self._graphs = _capture_all(steps, self.capture_stream, warmup)
+        self.mempool = mempool if mempool is not None else torch.cuda.graph_pool_handle()
+        self._graphs = _capture_all(steps, self.capture_stream, warmup, self.mempool)
 
     def plan(self, codes: Sequence[torch.Tensor], slots: Sequence[int], fresh_slots: Sequence[int],
              frames: int) -> int:
@@ -146,16 +149,16 @@ def capture_step_graphs(make_step: Callable[[int], Callable[[], Any]], buckets: 
     return _capture_all({b: make_step(b) for b in buckets}, stream, warmup)
 
 
-def _capture_all(steps: dict, stream: Any, warmup: int) -> dict:
+def _capture_all(steps: dict, stream: Any, warmup: int, mempool: Any = None) -> dict:
     """Warm every step up on `stream` (library heuristics then see the partition), then
-    capture each on it, largest key first, all into one memory pool."""
+    capture each on it, largest key first, all into one memory pool (`mempool`, or a new one)."""
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for step in steps.values():
             for _ in range(warmup):
                 step()
     stream.synchronize()
-    mempool = torch.cuda.graph_pool_handle()
+    mempool = mempool if mempool is not None else torch.cuda.graph_pool_handle()
     graphs = {}
     for key in sorted(steps, reverse=True):
         graph = torch.cuda.CUDAGraph()

@@ -31,6 +31,7 @@ class LaneConfig:
     frame_counts: tuple[int, ...] = (10,)  # chunk lengths with executables, in frames
     urgent_buckets: tuple[int, ...] = URGENT_BUCKETS
     background_max_batch: int = 64
+    background_depth: int = 2  # background batches in flight at once (one queued behind the running one)
     use_graphs: bool = True  # ignored on CPU
 
     def __post_init__(self) -> None:
@@ -42,6 +43,8 @@ class LaneConfig:
             raise ValueError(f"urgent_buckets must be positive, got {self.urgent_buckets}")
         if self.background_max_batch < 1:
             raise ValueError(f"background_max_batch must be >= 1, got {self.background_max_batch}")
+        if self.background_depth < 1:
+            raise ValueError(f"background_depth must be >= 1, got {self.background_depth}")
 
 
 class SlotAllocator:
@@ -97,11 +100,12 @@ class LaneManager:
                                   config.urgent_buckets)
         built = time.perf_counter()
         background = make_background_lane(program, self.pool, partitions, config.frame_counts, n + 1,
-                                          config.use_graphs, config.background_max_batch)
+                                          config.use_graphs, config.background_max_batch, config.background_depth)
         self.lanes: dict[LaneKind, CodecLane] = {LaneKind.URGENT: urgent, LaneKind.BACKGROUND: background}
         logger.info("codec lanes built in %.1f s: urgent lane %d executables in %.1f s (the codec's compile included), "
-                    "background lane %d in %.1f s", time.perf_counter() - started, len(urgent.executables.keys()),
-                    built - started, len(background.executables.keys()), time.perf_counter() - built)
+                    "background lane %d x %d in %.1f s", time.perf_counter() - started,
+                    len(urgent.executables.keys()), built - started, background.depth,
+                    len(background.executables.keys()), time.perf_counter() - built)
         self._requests: dict[str, _Request] = {}
         self._costs: list[BatchCost] = []
 
@@ -148,7 +152,12 @@ class LaneManager:
         return req is not None and req.in_flight is None and not req.closed
 
     def is_idle(self, kind: LaneKind) -> bool:
+        """No batch in flight on that lane."""
         return self.lanes[kind].is_idle()
+
+    def can_launch(self, kind: LaneKind) -> bool:
+        """That lane takes another batch now (fewer than its depth in flight)."""
+        return self.lanes[kind].can_launch()
 
     def max_batch(self, kind: LaneKind) -> int:
         return self.lanes[kind].max_batch
@@ -156,7 +165,7 @@ class LaneManager:
     def submit(self, kind: LaneKind, chunks: Sequence[CodecChunk]) -> None:
         """Run these chunks as one batch on that lane (asynchronous on CUDA)."""
         lane = self.lanes[kind]
-        if not lane.is_idle():
+        if not lane.can_launch():
             raise RuntimeError(f"{kind.value} lane is busy; submit after poll() frees it")
         if len({c.request_id for c in chunks}) != len(chunks):
             raise ValueError("a batch holds at most one chunk per request")
@@ -177,17 +186,22 @@ class LaneManager:
         """Harvest finished batches and deliver their audio; returns the number of chunks delivered."""
         delivered = 0
         for lane in self.lanes.values():
-            finished = lane.harvest(block=block)
-            if finished:
-                self._costs.append(BatchCost(lane.kind, len(finished), lane.last_batch_seconds))
-            for chunk in finished or ():
-                req = self._requests[chunk.request_id]
-                req.in_flight = None
-                if req.closed or chunk.is_last:
-                    self._release(chunk.request_id)
-                if not req.closed:
-                    self.on_audio(chunk)
-                    delivered += 1
+            while (finished := lane.harvest(block=block)) is not None:
+                delivered += self._deliver(lane, finished)
+        return delivered
+
+    def _deliver(self, lane: CodecLane, finished: list[FinishedChunk]) -> int:
+        delivered = 0
+        if finished:
+            self._costs.append(BatchCost(lane.kind, len(finished), lane.last_batch_seconds))
+        for chunk in finished:
+            req = self._requests[chunk.request_id]
+            req.in_flight = None
+            if req.closed or chunk.is_last:
+                self._release(chunk.request_id)
+            if not req.closed:
+                self.on_audio(chunk)
+                delivered += 1
         return delivered
 
     def take_batch_costs(self) -> list[BatchCost]:

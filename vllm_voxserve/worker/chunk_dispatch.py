@@ -64,6 +64,7 @@ class LaneDispatch:
         lanes = config.lanes
         lane_config = LaneConfig(max_requests=config.max_codec_slots, frame_counts=lanes.frame_counts,
                                  urgent_buckets=lanes.urgent_buckets, background_max_batch=lanes.background_max_batch,
+                                 background_depth=lanes.background_depth,
                                  use_graphs=lanes.use_graphs)
         if device.type == "cuda":
             partitions = shared_partitions(SplitSpec(lanes.split.group, lanes.split.group_sms, device.index or 0))
@@ -172,8 +173,9 @@ class LaneDispatch:
         return bool(delivered or costs)
 
     def _launch(self) -> bool:
-        urgent_idle = self.manager.is_idle(LaneKind.URGENT)
-        background_idle = self.manager.is_idle(LaneKind.BACKGROUND)
+        # a lane is free for the policy while it takes another batch (the background lane queues one behind another)
+        urgent_idle = self.manager.can_launch(LaneKind.URGENT)
+        background_idle = self.manager.can_launch(LaneKind.BACKGROUND)
         if not (urgent_idle or background_idle) or not self.requests:
             return False
         # only requests with a cut chunk and none in flight can have a ready one: the policy sees just those

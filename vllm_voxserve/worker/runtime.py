@@ -27,6 +27,7 @@ from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.step_timing import DeviceStepTimer, StepHostTimes
 from vllm_voxserve.worker.step_layout import StepLayout
+from vllm_voxserve.worker.thread_cpu import ThreadCpu
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,10 @@ class SpeechRuntime:
             for lane, size, seconds in lanes.harvested:
                 self.host_times.add_batch(f"{lane} lane", size, seconds)
             lanes.harvested.clear()
-        self.host_times.end_step()
+        if self.host_times.end_step() is not None:  # a window's line: which threads took the CPU meanwhile
+            threads = self.thread_cpu.report()
+            if threads is not None:
+                logger.info("voxserve threads, share of a CPU: %s", threads)
 
     def _after_forward(self) -> None:
         if self.device_steps is not None:
@@ -166,6 +170,7 @@ class SpeechRuntime:
         self._codec_s = 0.0
         self._codec_chunks = 0
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
+        self.thread_cpu = ThreadCpu()  # with each of its lines: the process's busy threads (GIL contenders)
         self._suspended: set[str] = set()  # preempted requests Model Runner V2 removed and will re-add
         # GPU: the scheduler's cost model learns each step's device time (host timings of async steps mislead)
         self.device_steps = (DeviceStepTimer(lambda: torch.cuda.Event(enable_timing=True))

@@ -1,0 +1,62 @@
+"""CPU time of each thread of this process between two reports: who competes with the step loop for the GIL.
+
+Session 7 and 8 on the H200: the lanes' harvest took 7-17 ms at p99 while nothing in it should take 1 ms, and the
+step interval's p90 was twice the decode time. Every CUDA call of the step loop releases the GIL; getting it back
+waits for whichever Python thread holds it (up to the 5 ms switch interval each time). This names the busy threads.
+Linux only (`/proc/self/task`); elsewhere `report()` returns None.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+_TASKS = Path("/proc/self/task")
+
+
+def thread_cpu_seconds(tasks: Path = _TASKS) -> dict[int, tuple[str, float]]:
+    """{thread id: (name, user + system CPU seconds so far)}; Python threads by their `threading` name."""
+    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for task in tasks.iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            comm = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3 of stat(5)
+        tid = int(task.name)
+        out[tid] = (names.get(tid, comm), (int(fields[11]) + int(fields[12])) / tick)  # utime, stime
+    return out
+
+
+class ThreadCpu:
+    """`report()`: each thread's share of one CPU since the last call (busiest first, those above `min_share`)."""
+
+    def __init__(self, read: Callable[[], dict[int, tuple[str, float]]] = thread_cpu_seconds,
+                 clock: Callable[[], float] = time.monotonic, min_share: float = 0.02) -> None:
+        self.read, self.clock, self.min_share = read, clock, min_share
+        try:
+            self._last, self._at = read(), clock()
+        except OSError:  # no /proc: nothing to report
+            self._last, self._at = None, clock()
+
+    def report(self) -> str | None:
+        if self._last is None:
+            return None
+        now, at = self.read(), self.clock()
+        wall, self._at = at - self._at, at
+        if wall <= 0:
+            return None
+        shares = []
+        for tid, (name, seconds) in now.items():
+            used = seconds - self._last.get(tid, (name, 0.0))[1]
+            if used / wall >= self.min_share:
+                shares.append((used / wall, name, tid))
+        self._last = now
+        shares.sort(reverse=True)
+        return ", ".join(f"{name} ({tid}) {share:.0%}" for share, name, tid in shares) or "none busy"
