@@ -392,6 +392,29 @@ def test_a_first_chunk_and_an_overdue_later_chunk_of_another_length_run_in_separ
     assert [("a", 0)] in urgent and any(("a", 1) in c for c in urgent) and any(("b", 0) in c for c in urgent)
 
 
+def test_a_short_last_chunk_joins_a_batch_of_longer_chunks_padded(program):
+    """b's whole audio is one 2-frame last chunk; a's first chunk has 4 frames; both wait for the urgent lane. They
+    go in one batch at 4 frames, b's padded (its padding follows its audio), and each stream is its full decode."""
+    pipeline, sender, launches = make_pipeline(program, "lanes")
+    gate = hold_lane_batches(pipeline)
+    x, a, b = random_codes(FIRST, seed=30), random_codes(FIRST + LATER, seed=31), random_codes(2, seed=32)
+    for rid in "xab":
+        pipeline.open(rid, f"key-{rid}", "addr")
+    pipeline.push(x, ["x"] * FIRST)  # x's first chunk holds the urgent lane
+    pipeline.push(b, ["b"] * 2)
+    pipeline.close("b")  # b's only chunk: 2 frames, its last
+    pipeline.push(a[:FIRST], ["a"] * FIRST)
+    assert [chunks for kind, chunks, _ in launches if kind is LaneKind.URGENT] == [[("x", 0)]]
+    gate["open"] = True
+    pipeline.push(a[FIRST:], ["a"] * LATER)  # harvests x's chunk, then launches the two waiting first chunks
+    assert sorted(launches[1][1]) == [("a", 0), ("b", 0)] and launches[1][0] is LaneKind.URGENT
+    for rid in "xa":
+        pipeline.close(rid)
+    check_stream(sender, "key-a", full_decode(program, a), 2)
+    check_stream(sender, "key-b", full_decode(program, b), 1)
+    check_stream(sender, "key-x", full_decode(program, x), 1)
+
+
 @pytest.mark.gpu
 def test_inline_mode_on_gpu_decodes_through_codec_graphs_as_eagerly(tmp_path):
     if not torch.cuda.is_available():

@@ -198,16 +198,21 @@ class LaneDispatch:
         return any(chosen for _, chosen in batches)
 
     def _one_executable(self, chosen: list[ReadyChunk]) -> list[ReadyChunk]:
-        """The chosen chunks that run at the first one's frame count: a batch is one (bucket, frames) graph, so a
-        first chunk and a later chunk of another length wait for separate batches (the rest stay queued)."""
-        def runs_at(ready: ReadyChunk) -> int:
-            is_last = self.requests[ready.request_id].queue[0].is_last  # only a last chunk may be padded up
-            return smallest_at_least(self.frame_counts, ready.frames) if is_last else ready.frames
-
+        """The chosen chunks that run in one (bucket, frames) executable, the first (most urgent) always among them.
+        A full chunk runs at its own length; a request's last chunk at any prepared length that fits it (its padding
+        frames follow its audio and only advance a state nobody reads again), so it joins the batch of full chunks
+        where it fits instead of splitting it: with 5- and 10-frame executables, a short last chunk would otherwise
+        pull the next batch down to 5-frame chunks and leave the 10-frame ones for another batch."""
         if not chosen:
             return chosen
-        frames = runs_at(chosen[0])
-        return [ready for ready in chosen if runs_at(ready) == frames]
+        is_last = {r.request_id: self.requests[r.request_id].queue[0].is_last for r in chosen}
+        first = chosen[0]
+        if not is_last[first.request_id]:
+            frames = first.frames
+        else:  # the first full chunk's length if the last chunk fits it, else the smallest that fits
+            full = [r.frames for r in chosen if not is_last[r.request_id] and r.frames >= first.frames]
+            frames = full[0] if full else smallest_at_least(self.frame_counts, first.frames)
+        return [r for r in chosen if r.frames == frames or (is_last[r.request_id] and r.frames <= frames)]
 
     def _submit(self, kind: LaneKind, chosen: list[ReadyChunk]) -> None:
         chunks = []
