@@ -85,3 +85,24 @@ def test_device_step_timer_reports_finished_steps_in_order_without_waiting():
     assert [(k, s) for k, s, _ in timer.harvest()] == [("decode", 9)]
     timer.stop()  # a stop without a start (a dummy step) records nothing
     assert timer.harvest() == []
+
+
+def test_device_step_timer_measures_the_device_gap_before_each_step():
+    from vllm_voxserve.worker.step_timing import DeviceStepTimer
+
+    clock = FakeEvent.clock
+    clock.update(now=10.0, done_until=100.0)
+    timer = DeviceStepTimer(FakeEvent)
+    for idle, busy in ((0.0, 0.008), (0.0003, 0.008), (0.002, 0.009), (5.0, 0.008)):  # 5 s: an idle server
+        clock["now"] += idle
+        timer.start("decode", 64)
+        clock["now"] += busy
+        timer.stop()
+    assert len(timer.harvest()) == 4
+    assert [round(g, 6) for g in timer.gaps] == [0.0003, 0.002]  # none before the first; the idle one left out
+    lines = []
+    host = StepHostTimes(every=1, report=lines.append)
+    host.add_device_gap(0.0003)
+    host.add("prepare", 0.0001)
+    host.end_step()
+    assert "device gap before a step 0.300/0.300/0.300" in lines[0]

@@ -194,6 +194,9 @@ class SpeechRuntime:
             for kind, size, seconds in self.device_steps.harvest():
                 samples.append(CostSample(kind, size, seconds))
                 self.host_times.add_device_step(kind, size, seconds)
+            for gap in self.device_steps.gaps:
+                self.host_times.add_device_gap(gap)
+            self.device_steps.gaps.clear()
         elif costs and layout is not None and layout.req_ids:
             kind, size = _step_kind(layout)
             samples.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0)))

@@ -45,6 +45,7 @@ class StepHostTimes:
         self._prefill: list[tuple[int, float]] = []  # steps with prompt tokens (mixed with the decode rows)
         self._gauges: dict[str, list[float]] = {}
         self._batches: dict[str, list[tuple[int, float]]] = {}
+        self._gaps: list[float] = []
 
     def add_batch(self, name: str, size: int, seconds: float) -> None:
         """A finished batch of a side workload (a codec lane): count, mean size, device time and busy share."""
@@ -53,6 +54,10 @@ class StepHostTimes:
     def add_gauge(self, name: str, value: float) -> None:
         """A level sampled once a step (open audio streams, chunks waiting for a codec lane): p50/p99/max."""
         self._gauges.setdefault(name, []).append(value)
+
+    def add_device_gap(self, seconds: float) -> None:
+        """The device's idle time before a backbone step (`DeviceStepTimer.gaps`): p50/p90/p99 in the line."""
+        self._gaps.append(seconds)
 
     def add_device_step(self, kind: str, size: int, seconds: float) -> None:
         if kind == "decode":
@@ -87,6 +92,7 @@ class StepHostTimes:
         if self._decode:
             line += _spread("; decode device time", [sec for _, sec in self._decode])
             line += f" at mean batch {sum(n for n, _ in self._decode) / len(self._decode):.1f}"
+        line += _spread("; device gap before a step", self._gaps)  # the host time the device waited for
         if self._prefill:  # are the slow steps the ones that carry a prompt?
             line += _spread("; prefill step device time", [sec for _, sec in self._prefill])
             share = len(self._prefill) / (len(self._prefill) + len(self._decode))
@@ -101,8 +107,8 @@ class StepHostTimes:
         for name, values in self._gauges.items():
             v = sorted(values)
             line += f"; {name} {percentile(v, 0.5):g}/{percentile(v, 0.99):g}/{v[-1]:g}"
-        self._window, self._intervals, self._decode, self._prefill, self._gauges, self._batches = (
-            [], [], [], [], {}, {})
+        self._window, self._intervals, self._decode, self._prefill, self._gauges, self._batches, self._gaps = (
+            [], [], [], [], {}, {}, [])
         self.report(line)
         return line
 
@@ -114,11 +120,18 @@ class DeviceStepTimer:
     say what the step cost on the device. `harvest()` returns the (kind, size, seconds) of the steps whose end event
     has completed, oldest first. `event_factory` makes timing events (tests pass fakes)."""
 
+    # A longer gap between two steps is an idle server (nothing to run), not host time.
+    MAX_GAP_S = 1.0
+
     def __init__(self, event_factory: Callable[[], object], max_pending: int = 64):
         self.event_factory = event_factory
         self.max_pending = max_pending
         self._open: tuple[str, int, object] | None = None
         self._pending: list[tuple[str, int, object, object]] = []
+        self._last_end: object | None = None  # the end event of the last harvested step
+        # The device's idle time from one step's end to the next step's start (seconds, harvested steps in order):
+        # the host time between backbone steps that the device waits for. The caller reads and clears it.
+        self.gaps: list[float] = []
 
     def start(self, kind: str, size: int) -> None:
         event = self.event_factory()
@@ -135,10 +148,17 @@ class DeviceStepTimer:
         self._pending.append((kind, size, start, end))
         if len(self._pending) > self.max_pending:  # nobody harvests (e.g. no scheduler reads reports): drop oldest
             del self._pending[0]
+            self._last_end = None  # the next gap would span the dropped step
 
     def harvest(self) -> list[tuple[str, int, float]]:
         done = []
         while self._pending and self._pending[0][3].query():
             kind, size, start, end = self._pending.pop(0)
             done.append((kind, size, start.elapsed_time(end) / 1000.0))
+            if self._last_end is not None:
+                gap = self._last_end.elapsed_time(start) / 1000.0
+                if 0.0 <= gap <= self.MAX_GAP_S:
+                    self.gaps.append(gap)
+            self._last_end = end
+        del self.gaps[:-4096]  # bounded when nobody reads it
         return done
