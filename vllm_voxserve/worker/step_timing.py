@@ -129,8 +129,9 @@ class DeviceStepTimer:
         self._open: tuple[str, int, object] | None = None
         self._pending: list[tuple[str, int, object, object]] = []
         self._last_end: object | None = None  # the end event of the last harvested step
-        # The device's idle time from one step's end to the next step's start (seconds, harvested steps in order):
-        # the host time between backbone steps that the device waits for. The caller reads and clears it.
+        # The device's time from one step's end (after sampling) to the next step's start (our input hook, after
+        # vLLM's own input copies): idle while the host prepares, plus those copies. Seconds, harvested steps in
+        # order; the caller reads and clears it.
         self.gaps: list[float] = []
 
     def start(self, kind: str, size: int) -> None:
