@@ -18,6 +18,7 @@ from pathlib import Path
 
 _LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve (step|scheduler) host time over (\d+) steps \(ms, p50/p90/p99\): (.*)$")
 _THREADS = re.compile(r"(\d\d:\d\d:\d\d).*voxserve threads, share of a CPU: (.*)$")
+_GC = re.compile(r"(\d\d:\d\d:\d\d).*voxserve gc collections: (.*)$")
 _SPREAD = re.compile(r"^(?P<name>[a-z_ ]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
 _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
@@ -33,6 +34,9 @@ def parse_line(text: str) -> dict | None:
     threads = _THREADS.search(text)
     if threads is not None:  # the worker process's busy threads over the window that just ended
         return {"time": threads.group(1), "source": "threads", "threads": threads.group(2).strip()}
+    collections = _GC.search(text)
+    if collections is not None:  # and its garbage collections
+        return {"time": collections.group(1), "source": "gc", "gc": collections.group(2).strip()}
     match = _LINE.search(text)
     if match is None:
         return None
@@ -81,7 +85,7 @@ def format_table(rows: list[dict]) -> str:
     lines = [head]
     scheduler = [r for r in rows if r.get("source") == "scheduler"]
     for r in rows:
-        if r.get("source") in ("scheduler", "threads"):
+        if r.get("source") in ("scheduler", "threads", "gc"):
             continue
         prefill = f"{_cell(r, 'prefill step device time')}({_cell(r, 'prefill_share', scale=100, digits=0)}%)"
         lanes = (f"{_cell(r, 'urgent_busy', scale=100, digits=0):>3}%   "
@@ -109,6 +113,10 @@ def format_table(rows: list[dict]) -> str:
     if threads:  # who else took the CPU in the worker's process (GIL contenders of the step loop)
         lines += ["", "time      busy threads of the worker's process (share of one CPU)"]
         lines += [f"{r['time']}  {r['threads']}" for r in threads]
+    collections = [r for r in rows if r.get("source") == "gc"]
+    if collections:  # each stops every thread of the process, the step loop included
+        lines += ["", "time      garbage collections in the worker's process (count, total and longest pause)"]
+        lines += [f"{r['time']}  {r['gc']}" for r in collections]
     return "\n".join(lines)
 
 

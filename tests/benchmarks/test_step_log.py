@@ -57,3 +57,10 @@ def test_the_worker_threads_line_gets_its_own_table():
                    "threads": "MainThread (7) 96%, EngineCoreOutputThread (9) 31%"}
     table = format_table([row]).splitlines()
     assert table[-1] == "05:00:10  MainThread (7) 96%, EngineCoreOutputThread (9) 31%" and len(table) == 4
+
+
+def test_the_gc_line_gets_its_own_table():
+    row = parse_line("(EngineCore pid=1) INFO 12-01 05:00:10 [runtime.py:141] voxserve gc collections: "
+                     "gen0 40 (1.2 ms total, max 0.08 ms); gen2 1 (9.5 ms total, max 9.50 ms)")
+    assert row["source"] == "gc" and row["gc"].endswith("max 9.50 ms)")
+    assert format_table([row]).splitlines()[-1].startswith("05:00:10  gen0 40 (1.2 ms total")

@@ -27,6 +27,7 @@ from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.step_timing import DeviceStepTimer, StepHostTimes
 from vllm_voxserve.worker.step_layout import StepLayout
+from vllm_voxserve.worker.gc_pauses import process_gc_pauses
 from vllm_voxserve.worker.thread_cpu import ThreadCpu
 
 logger = logging.getLogger(__name__)
@@ -134,10 +135,11 @@ class SpeechRuntime:
             for lane, size, seconds in lanes.harvested:
                 self.host_times.add_batch(f"{lane} lane", size, seconds)
             lanes.harvested.clear()
-        if self.host_times.end_step() is not None:  # a window's line: which threads took the CPU meanwhile
-            threads = self.thread_cpu.report()
+        if self.host_times.end_step() is not None:  # a window's line: which threads took the CPU meanwhile, and
+            threads = self.thread_cpu.report()  # how long Python's collections stopped them all
             if threads is not None:
                 logger.info("voxserve threads, share of a CPU: %s", threads)
+            logger.info("voxserve gc collections: %s", self.gc_pauses.report())
 
     def _after_forward(self) -> None:
         if self.device_steps is not None:
@@ -171,6 +173,7 @@ class SpeechRuntime:
         self._codec_chunks = 0
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
         self.thread_cpu = ThreadCpu()  # with each of its lines: the process's busy threads (GIL contenders)
+        self.gc_pauses = process_gc_pauses()  # and the garbage collector's pauses
         self._suspended: set[str] = set()  # preempted requests Model Runner V2 removed and will re-add
         # GPU: the scheduler's cost model learns each step's device time (host timings of async steps mislead)
         self.device_steps = (DeviceStepTimer(lambda: torch.cuda.Event(enable_timing=True))
