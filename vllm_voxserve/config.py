@@ -138,8 +138,8 @@ class VoxServeConfig:
     # instead of torch.topk's two. H200, compiled frame in a CUDA graph: 4.15 -> 3.87 ms at batch 2, 5.05 -> 4.17 ms
     # at 64, 5.43 -> 5.07 ms at 128 (benchmarks/code_predictor_step.py, results/h200/2026-11-30_session5).
     code_predictor_kernels: bool = True
-    # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): two compiles at start-up (batch
-    # 1, and batches >= 2 with any chunk length; codec_program.py). H200, per-length compiles, 10-frame chunks, bf16
+    # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): one compile at start-up for
+    # every batch and chunk length >= 2 (codec_program.py). H200, per-length compiles, 10-frame chunks, bf16
     # graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 -> 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs
     # (benchmarks/codec_step.py, results/h200/)
     codec_compile: bool = True

@@ -120,17 +120,28 @@ def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():
 
 @torch.inference_mode()
 def test_compiled_codec_program_decodes_as_the_eager_one():
-    """`compile=True` (CPU inductor here): the same audio and the same state (the third call continues the first's
-    rows), with one graph for batches 3 and 2."""
+    """`compile=True` (CPU inductor here): the same audio and the same state (later calls continue the first's
+    rows), with one compiled graph for every batch, 1 included (a lone row runs beside a copy of itself), and every
+    chunk length, the codes being views of one static buffer as in the executables (whose strides once tied the graph
+    to the buffer's longest chunk: a compile per length)."""
+    from torch._dynamo.utils import counters
+
     decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
     init_codec_decoder_weights(decoder, seed=0)
     outputs = {}
     for compiled in (False, True):
+        torch._dynamo.reset()
+        graphs_before = counters["stats"]["unique_graphs"]
         program = Qwen3CodecProgram(decoder, compile=compiled)
         pool = program.make_state_pool(4, torch.device("cpu"))
         g = torch.Generator().manual_seed(0)
-        outputs[compiled] = [program.decode(torch.randint(0, 32, (b, 4, 16), generator=g), torch.arange(b), pool)
-                             for b in (3, 2, 3)]
+        static = torch.zeros(4, 4, 16, dtype=torch.long)
+        outputs[compiled] = []
+        for b, f in ((3, 4), (2, 2), (1, 4), (3, 2), (1, 2)):
+            static[:b, :f] = torch.randint(0, 32, (b, f, 16), generator=g)
+            outputs[compiled].append(program.decode(static[:b, :f], torch.arange(b), pool))
+        if compiled:
+            assert counters["stats"]["unique_graphs"] - graphs_before == 1
     for eager, compiled in zip(outputs[False], outputs[True], strict=True):
         torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=0)
 

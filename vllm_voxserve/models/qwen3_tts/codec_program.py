@@ -28,8 +28,8 @@ class Qwen3CodecProgram:
         self.decoder = decoder
         # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
         # its new state. Compiled on first use with the batch size and (dynamic_frames) the chunk length dynamic: one
-        # graph serves every batch >= 2 and every length >= 2, another batch 1 (torch.compile specialises size 1).
-        # Each compile of the codec took about a minute of the server's start-up.
+        # graph serves every batch and every length >= 2. torch.compile specialises size 1, so a lone row runs beside
+        # a copy of itself (`_step`): a second compile of the whole codec cost 2 of a GPU server's start-up minutes.
         self.layout = StateLayout.of(decoder.config, state_dtype)
         self._compiled = torch.compile(self._decode_and_pack) if compile else None
         self._dynamic_dims = ((0, 2) if dynamic_frames else (0,), (0,), (0,))  # codes [B, Q, F], position, block
@@ -48,7 +48,20 @@ class Qwen3CodecProgram:
         return decode_and_pack(self.decoder, self.layout, codes, position, block)
 
     def _step(self, codes: torch.Tensor, position: torch.Tensor, block: torch.Tensor):
+        # Contiguous codes: as a view of an executable's static buffer their strides follow the buffer's longest chunk,
+        # which the graph's guards tie to this call's length, so every other length compiled the codec again.
+        codes = codes.contiguous()
+        lone = codes.shape[0] == 1
+        if lone:  # batch 1 as batch 2: the compiled graph never sees size 1 (rows are independent; the copy is dropped)
+            codes, position, block = _twice(codes), _twice(position), _twice(block)
         for t, dims in zip((codes, position, block), self._dynamic_dims, strict=True):
             for dim in dims:
                 torch._dynamo.maybe_mark_dynamic(t, dim)
-        return self._compiled(codes, position, block)
+        wav, position, block = self._compiled(codes, position, block)
+        return (wav[:1], position[:1], block[:1]) if lone else (wav, position, block)
+
+
+def _twice(t: torch.Tensor) -> torch.Tensor:
+    """A batch-1 tensor as two copies of its row, in its own strides (the compiled graph guards on strides)."""
+    out = torch.empty_strided((2, *t.shape[1:]), t.stride(), dtype=t.dtype, device=t.device)
+    return out.copy_(t.expand(2, *t.shape[1:]))
