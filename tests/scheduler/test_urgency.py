@@ -48,3 +48,35 @@ def test_urgent_batch_in_deadline_order_capped():
     batch = urgent_batch(ready_chunks(streams, CFG), max_batch=8)
     assert len(batch) == 8
     assert [c.request_id for c in batch] == [f"r{i}" for i in range(9, 1, -1)]  # earliest deadline first
+
+
+def test_ready_chunks_agree_with_the_chunk_schedule_and_deadlines_on_random_streams():
+    """`ready_chunks` inlines the schedule's arithmetic for speed: the same answers as `ChunkSchedule` and
+    `chunk_deadline` give, over random states and two chunk layouts."""
+    import random
+
+    from vllm_voxserve.scheduler.streams import StreamState, schedule_of
+    from vllm_voxserve.scheduler.timeline import chunk_deadline
+
+    rng = random.Random(0)
+    for cfg in (CFG, SchedulerPolicyConfig(first_chunk_frames=5, chunk_frames=10, ttfa_target_s=0.15)):
+        schedule = schedule_of(cfg)
+        streams = []
+        for i in range(400):
+            delivered = rng.randint(0, 6)
+            made = max(0, schedule.start_frame(delivered) + rng.randint(-3, 14))
+            streams.append(StreamState(f"r{i}", rng.uniform(0, 5), frames_generated=made,
+                                       generation_done=rng.random() < 0.3, chunks_delivered=delivered,
+                                       chunk_in_flight=rng.random() < 0.2,
+                                       first_audio_time=None if delivered == 0 or rng.random() < 0.2 else 6.0))
+        expected = []
+        for s in streams:
+            k = s.next_chunk
+            if s.chunk_in_flight or not schedule.is_ready(k, s.frames_generated, s.generation_done):
+                continue
+            frames = min(schedule.end_frame(k), s.frames_generated) - schedule.start_frame(k)
+            deadline = chunk_deadline(schedule, k, s.arrival_time, cfg.ttfa_target_s, s.first_audio_time)
+            expected.append((s.request_id, k, deadline, frames))
+        got = [tuple(c) for c in ready_chunks(streams, cfg)]
+        assert len(got) > 50 and [g[:2] + g[3:] for g in got] == [e[:2] + e[3:] for e in expected]
+        assert [g[2] for g in got] == pytest.approx([e[2] for e in expected])

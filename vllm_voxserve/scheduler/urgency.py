@@ -7,16 +7,16 @@ request are decoded in order). A ready chunk is urgent if it is the request's fi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+import operator
+from typing import Iterable, NamedTuple, Sequence
 
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.streams import StreamState, schedule_of
-from vllm_voxserve.scheduler.timeline import chunk_deadline
+from vllm_voxserve.scheduler.streams import StreamState
 
 
-@dataclass(frozen=True, slots=True)
-class ReadyChunk:
+class ReadyChunk(NamedTuple):
+    """A tuple: the pump builds one per waiting request at every engine step (a frozen dataclass cost ~1 µs each)."""
+
     request_id: str
     index: int
     deadline: float
@@ -24,19 +24,26 @@ class ReadyChunk:
 
 
 def ready_chunks(streams: Iterable[StreamState], cfg: SchedulerPolicyConfig) -> list[ReadyChunk]:
-    """At most one chunk per request: its next one, if all its frames exist and no earlier chunk is in flight."""
-    schedule = schedule_of(cfg)
+    """At most one chunk per request: its next one, if all its frames exist and no earlier chunk is in flight.
+
+    `ChunkSchedule.is_ready` and `chunk_deadline` inlined: this runs for every waiting request at every engine step
+    (128 requests took 0.42 ms on the 2-core CPU machine through those calls)."""
+    first, size, frame_s, ttfa_s = cfg.first_chunk_frames, cfg.chunk_frames, cfg.frame_duration_s, cfg.ttfa_target_s
     ready = []
     for stream in streams:
         if stream.chunk_in_flight:
             continue
-        index = stream.next_chunk
-        if not schedule.is_ready(index, stream.frames_generated, stream.generation_done):
+        index, made = stream.chunks_delivered, stream.frames_generated
+        start = 0 if index == 0 else first + (index - 1) * size
+        end = first + index * size
+        if made < end and not (stream.generation_done and made > start):
             continue
-        end = min(schedule.end_frame(index), stream.frames_generated)
-        frames = end - schedule.start_frame(index)
-        deadline = chunk_deadline(schedule, index, stream.arrival_time, cfg.ttfa_target_s, stream.first_audio_time)
-        ready.append(ReadyChunk(stream.request_id, index, deadline, frames))
+        if index == 0:
+            deadline = stream.arrival_time + ttfa_s
+        else:
+            played = stream.first_audio_time
+            deadline = (played if played is not None else stream.arrival_time + ttfa_s) + start * frame_s
+        ready.append(ReadyChunk(stream.request_id, index, deadline, min(end, made) - start))
     return ready
 
 
@@ -47,13 +54,18 @@ def is_urgent(chunk: ReadyChunk, now: float, urgent_margin_s: float) -> bool:
 def split_by_urgency(
     chunks: Sequence[ReadyChunk], now: float, urgent_margin_s: float
 ) -> tuple[list[ReadyChunk], list[ReadyChunk]]:
-    urgent = [c for c in chunks if is_urgent(c, now, urgent_margin_s)]
-    background = [c for c in chunks if not is_urgent(c, now, urgent_margin_s)]
+    """(urgent, background) in their given order; `is_urgent` inlined, in one pass."""
+    urgent, background = [], []
+    for c in chunks:
+        (urgent if c.index == 0 or c.deadline - now < urgent_margin_s else background).append(c)
     return urgent, background
 
 
+_DEADLINE_THEN_ID = operator.itemgetter(2, 0)  # (deadline, request_id) of a ReadyChunk
+
+
 def by_deadline(chunks: Iterable[ReadyChunk]) -> list[ReadyChunk]:
-    return sorted(chunks, key=lambda c: (c.deadline, c.request_id))
+    return sorted(chunks, key=_DEADLINE_THEN_ID)
 
 
 def urgent_batch(urgent: Sequence[ReadyChunk], max_batch: int) -> list[ReadyChunk]:
