@@ -157,6 +157,8 @@ def test_served_codec_settings_capture_on_the_codec_partition():
     and batches <= 4 it passed."""
     import copy
 
+    from torch._dynamo.utils import counters
+
     from vllm_voxserve.codec_lanes import SplitSpec, create_partitions
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -165,6 +167,8 @@ def test_served_codec_settings_capture_on_the_codec_partition():
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     float32 = copy.deepcopy(decoder).cuda()
+    torch._dynamo.reset()
+    graphs_before = counters["stats"]["unique_graphs"]
     program = Qwen3CodecProgram(decoder.to("cuda", torch.bfloat16), torch.bfloat16, compile=True)
     got = []
     mgr = LaneManager(program, parts, LaneConfig(max_requests=256, frame_counts=(5, 10), background_max_batch=32),
@@ -181,6 +185,8 @@ def test_served_codec_settings_capture_on_the_codec_partition():
     slots = torch.arange(3, device="cuda")
     stacked = torch.stack([codes[r] for r in "abc"]).cuda()
     want = torch.cat([program.decode(stacked[:, :5], slots, pool), program.decode(stacked[:, 5:], slots, pool)], 1)
+    # one compile served every executable (batches 1-32, 5 and 10 frames) and the uncaptured calls: the start-up
+    assert counters["stats"]["unique_graphs"] - graphs_before == 1
     for i, r in enumerate("abc"):
         mine = sorted((x for x in got if x.request_id == r), key=lambda x: x.chunk_index)
         audio = torch.cat([x.audio for x in mine]).to(want.device)
