@@ -27,7 +27,7 @@ def ready_chunks(streams: Iterable[StreamState], cfg: SchedulerPolicyConfig) -> 
     """At most one chunk per request: its next one, if all its frames exist and no earlier chunk is in flight.
 
     `ChunkSchedule.is_ready` and `chunk_deadline` inlined: this runs for every waiting request at every engine step
-    (128 requests took 0.42 ms on the 2-core CPU machine through those calls)."""
+    (128 requests took 0.2-0.4 ms on the 2-core CPU machine through those calls, 0.08 ms inlined)."""
     first, size, frame_s, ttfa_s = cfg.first_chunk_frames, cfg.chunk_frames, cfg.frame_duration_s, cfg.ttfa_target_s
     ready = []
     for stream in streams:
