@@ -3,8 +3,9 @@
 # "fig3" alone takes about 3 min): the GPU tests, the code-predictor frame (reference vs fused vs compiled), the
 # codec executable (uncompiled, with its convolutions listed; compiled with a dynamic chunk length; with the wide
 # dilated convs as matmuls, as served; with channels-last convs too; on the whole GPU and a 48-SM codec partition),
-# "codec_old" (the same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone. Results:
-# $OUT/microbench.tgz (plot Figure 3 later with `python -m benchmarks.fig3.plot fig3.json` where matplotlib is).
+# "codec_old" (the same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone.
+# Results: $OUT/microbench.tgz (plot Figure 3 later with `python -m benchmarks.fig3.plot fig3.json` where matplotlib
+# is).
 set -uo pipefail
 final_out=${OUT:?set OUT}
 res=${RES:-/tmp/microbench}; mkdir -p "$res"

@@ -221,7 +221,7 @@ class AudioPipeline:
         found = [req_id for req_id, stream in self.streams.items() if stream.stream_key in wanted]
         for req_id in found:
             self._end(req_id, None, notify=False)
-        if found and self.lanes is not None and self.mode is CodecMode.LANES:
+        if found and self.mode is CodecMode.LANES:
             self.lanes.settle()  # the others' audio must not wait for a step that may never come
         return len(found)
 

@@ -25,9 +25,9 @@ from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepRepo
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
-from vllm_voxserve.worker.step_timing import DeviceStepTimer, StepHostTimes
-from vllm_voxserve.worker.step_layout import StepLayout
 from vllm_voxserve.worker.gc_pauses import process_gc_pauses
+from vllm_voxserve.worker.step_layout import StepLayout
+from vllm_voxserve.worker.step_timing import DeviceStepTimer, StepHostTimes
 from vllm_voxserve.worker.thread_cpu import ThreadCpu
 
 logger = logging.getLogger(__name__)

@@ -63,8 +63,9 @@ class ServedRequest:
     seed: int  # the code predictor's draws for frame k come from (seed, k): independent of the batch
     failed: str | None = None
     # Preemption: vLLM recomputes a preempted request from its first token. Its finished frames (each as the step's
-    # codes tensor [n, 16] on the device and its row there) give the inputs of its generated positions; while `resuming`, its slot keeps the hidden state its pending
-    # token came from (the stash the pending decode row reads), so no other row of it may overwrite it.
+    # codes tensor [n, 16] on the device and its row there) give the inputs of its generated positions; while
+    # `resuming`, its slot keeps the hidden state its pending token came from (the stash the pending decode row
+    # reads), so no other row of it may overwrite it.
     frames: list = field(default_factory=list)
     prefill_done: bool = False
     resuming: bool = False
