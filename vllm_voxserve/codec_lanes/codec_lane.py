@@ -148,7 +148,9 @@ class CodecLane:
             batch.done.synchronize()
         exe = self._sets[(self._next_set - len(self._in_flight)) % self.depth]
         spf = exe.program.samples_per_frame
-        wav = exe.wav_host[: len(batch.chunks)].clone()  # one copy: the set's next batch reuses wav_host
+        # one copy, since the set's next batch reuses wav_host; numpy's, on this thread: torch fans a copy this big
+        # out to its intra-op pool, whose threads then spin (session 9: 15 of them at a quarter of a CPU each)
+        wav = torch.from_numpy(exe.wav_host[: len(batch.chunks)].numpy().copy())
         out = [FinishedChunk(c.request_id, c.chunk_index, wav[i, :c.codes.shape[0] * spf], c.is_last, self.kind)
                for i, c in enumerate(batch.chunks)]
         self.last_batch_seconds = (batch.cpu_seconds if batch.done is None

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import logging
+import os
 
+import torch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker
 
@@ -29,6 +31,11 @@ class VoxServeGPUWorker(Worker):
             self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
 
     def compile_or_warm_up_model(self):
+        result = self._compile_or_warm_up()
+        serve_on_one_intra_op_thread()
+        return result
+
+    def _compile_or_warm_up(self):
         """With `voxserve.lanes.lm_partition`, vLLM captures its backbone graphs on the LM partition's green stream
         (`compat.capture_vllm_graphs_on`); the codec lanes later take the complementary SMs of the same split."""
         lanes = VoxServeConfig.from_additional_config(self.vllm_config.additional_config).lanes
@@ -64,3 +71,11 @@ class VoxServeGPUWorker(Worker):
     def voxserve_cancel_audio(self, stream_keys: list[str]) -> dict:
         """`collective_rpc` target (rpc.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
         return cancel_audio_call(self.model_runner, stream_keys)
+
+
+def serve_on_one_intra_op_thread() -> None:
+    """From here on the worker serves: many small host steps on one thread. torch would fan a large CPU op out to a
+    thread per core, and those threads spin between steps beside the engine's own (session 9 on the H200, lanes mode:
+    15 of them at 23-35 % of a CPU each while the engine's thread was 80-94 % busy). OMP_NUM_THREADS, if set, wins."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
