@@ -238,6 +238,29 @@ def test_a_failed_request_gets_error_and_frees_its_slot(program, mode):
         assert len(pipeline._free_slots) == 8
 
 
+def test_a_request_finishing_beside_generating_ones_leaves_its_last_chunk_to_the_steps_pumps(program):
+    """vLLM finishes requests at the start of a step whose own pump follows: finishing one launches nothing by
+    itself while others generate (a pump per finished request was host time at every step), and all its audio
+    still arrives."""
+    pipeline, sender, launches = make_pipeline(program, "lanes")
+    gate = hold_lane_batches(pipeline)
+    a, b = random_codes(FIRST + 2, seed=27), random_codes(FIRST + 2 * LATER, seed=28)
+    pipeline.open("a", "key-a", "addr")
+    pipeline.open("b", "key-b", "addr")
+    pipeline.push(torch.cat([a[:FIRST], b[:FIRST]]), ["a"] * FIRST + ["b"] * FIRST)  # chunk 0s in flight
+    pipeline.push(a[FIRST:], ["a"] * 2)  # a partial last chunk pending
+    gate["open"] = True  # the chunk 0s finished on the device
+    launched = len(launches)
+    pipeline.close("a")  # b still generates
+    assert len(launches) == launched and sender.messages == []  # neither harvested nor launched
+    for frame in range(FIRST, FIRST + 2 * LATER):  # the next steps
+        pipeline.push(b[frame:frame + 1], ["b"])
+    pipeline.close("b")
+    check_stream(sender, "key-a", full_decode(program, a), 2)
+    check_stream(sender, "key-b", full_decode(program, b), 3)
+    assert not pipeline.lanes.busy and pipeline.lanes.manager.slots.num_free == 8
+
+
 def test_cancelling_a_finished_requests_stream_drops_its_backlog_and_keeps_the_others(program):
     """A listener that leaves after its request finished generating: its queued chunks are never decoded, nothing
     more is sent on its stream, its slots come back; the other stream's audio is whole."""

@@ -5,8 +5,9 @@ import pytest
 from vllm_voxserve.worker.config_hook import SCHEDULER, VoxServeConfigHook
 
 
-def _vllm_config(max_num_seqs, voxserve=None):
+def _vllm_config(max_num_seqs, voxserve=None, cudagraph_mode=None):
     return types.SimpleNamespace(
+        compilation_config=types.SimpleNamespace(cudagraph_mode=cudagraph_mode),
         additional_config={"voxserve": voxserve or {}},
         parallel_config=types.SimpleNamespace(worker_cls="auto"),
         scheduler_config=types.SimpleNamespace(max_num_seqs=max_num_seqs, scheduler_cls=None),
@@ -27,3 +28,17 @@ def test_the_hook_picks_our_scheduler_when_the_slots_suffice(max_num_seqs):
     assert config.scheduler_config.scheduler_cls == SCHEDULER
     assert config.scheduler_config.max_num_seqs == max_num_seqs
     assert config.model_config.skip_tokenizer_init and not config.cache_config.enable_prefix_caching
+
+
+@pytest.mark.parametrize("on_cpu", [True, False])
+def test_steps_with_prefills_get_whole_graphs_on_gpu_unless_the_user_chose(monkeypatch, on_cpu):
+    from vllm.config import CUDAGraphMode
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: on_cpu)
+    config = _vllm_config(64)
+    VoxServeConfigHook.verify_and_update_config(config)
+    assert config.compilation_config.cudagraph_mode == (None if on_cpu else CUDAGraphMode.FULL)
+    chosen = _vllm_config(64, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
+    VoxServeConfigHook.verify_and_update_config(chosen)
+    assert chosen.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE

@@ -115,11 +115,10 @@ class LaneDispatch:
         self.settle()
 
     def settle(self) -> None:
-        """After a request left the generating set: pump while others still generate (the engine steps again, and
-        each step pumps), else drain, since the engine may take no further step."""
-        if any(not r.state.generation_done for r in self.requests.values()):
-            self.pump()
-        else:
+        """After a request left the generating set: drain when none is left generating, since the engine may take
+        no further step. Otherwise the engine steps again and its step pumps: a pump here for each finished request
+        cost 2.4 % of the engine thread at 60 req/s on the H200 (session 9's host profile)."""
+        if all(r.state.generation_done for r in self.requests.values()):
             self.drain()
 
     def abort(self, request_id: str) -> None:

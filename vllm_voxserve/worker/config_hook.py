@@ -36,6 +36,16 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
             scheduler.max_num_seqs = config.max_codec_slots
         if scheduler.scheduler_cls is None:  # a user's --scheduler-cls wins
             scheduler.scheduler_cls = SCHEDULER
+        compilation = getattr(vllm_config, "compilation_config", None)
+        if not current_platform.is_cpu() and compilation is not None and compilation.cudagraph_mode is None:
+            # One whole-step graph for steps that mix prefills with decodes too (the user's -cc.cudagraph_mode wins).
+            # Under load most steps carry an arriving prompt, and vLLM's default runs those piecewise: the forward's
+            # Python per layer took a quarter of the engine's thread at 60 req/s on the H200 (session 9, py-spy),
+            # the thread that bounds the step rate. FlashAttention 3 runs mixed batches in full graphs; where the
+            # attention backend cannot, vLLM lowers the mode itself.
+            from vllm.config import CUDAGraphMode
+
+            compilation.cudagraph_mode = CUDAGraphMode.FULL
         # vLLM must not treat the text tokenizer's ids (<|im_end|> = 151645 ...) as stop tokens of a 3072-id codec
         # vocabulary: the endpoint tokenizes text itself and stops on the codec EOS.
         vllm_config.model_config.skip_tokenizer_init = True
