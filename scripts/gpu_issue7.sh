@@ -3,14 +3,15 @@
 # settings for every mode, switched live over HTTP (`POST /voxserve/mode`): vLLM's stock scheduler with the codec
 # inline (`vllm-stock`), our scheduler with the codec inline (`inline`), and the codec lanes (`lanes`), each by
 # capacity search (each mode's bracket starts at the previous mode's capacity). The record is saved after every
-# probe, so a run cut short by OURS_T still leaves its probes. Results: $OUT/results.tgz.
+# probe, so a run cut short by OURS_T still leaves its probes. EXTRA_SERVE_ARGS: more `vllm serve` arguments (no
+# spaces inside one). Results: $OUT/results.tgz.
 # Needs vLLM from ../shared/gpu-stack and the plugin on PYTHONPATH (see the README's GPU section).
 set -uo pipefail
 final_out=${OUT:?set OUT}
 res=${RES:-/tmp/issue7}; mkdir -p "$res"
 cfg=${VOXSERVE_CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
 SECONDS=0
-OUT=$res KEEP_SERVER=1 SERVE_ARGS="--additional-config $cfg" \
+OUT=$res KEEP_SERVER=1 SERVE_ARGS="--additional-config $cfg ${EXTRA_SERVE_ARGS:-}" \
   ABLATION_ARGS="--modes ${MODES:-vllm-stock,inline,lanes} --strategy search --chain-start --seeds ${SEEDS:-0}
   --search-start-rate ${START_RATE:-16} --window-s ${WINDOW_S:-20} --resolution ${RESOLUTION:-8} --warmup 16
   --time-budget-s ${BUDGET_S:-120}" \

@@ -7,7 +7,9 @@
 #   (scripts/gpu_issue7.sh) with CONFIG (GPU0_CODEC_FASTEST=1: with the codec forms GPU0_PARTS_BEFORE's `codec` part
 #   timed fastest, as GPU1_CODEC_FASTEST below; GPU0_SPLIT_FROM_FIG3=1: with the codec SMs its `fig3` part chose); modes, seeds and budgets from GPU0_MODES (empty: no server), SEEDS,
 #   GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in GPU0_PARTS. On one GPU (`nvidia-h200`) set
-#   GPU1_PARTS=none GPU1_MODES= . GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
+#   GPU1_PARTS=none GPU1_MODES= . GPU0_FIRST_MODES: before the ablation, a first server with GPU0_FIRST_SERVE_ARGS
+#   added (another vLLM setting) and a capacity search of these modes (GPU0_FIRST_BUDGET_S, GPU0_FIRST_T), results
+#   under gpu0/first. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
 #   rate), then the microbenchmarks named in GPU1_PARTS_AFTER. GPU1_CODEC_FASTEST=1: that server runs the codec's convs in
@@ -27,7 +29,9 @@ start)
   CUDA_VISIBLE_DEVICES=0 OUT=$root/gpu0 RES=$root/gpu0/run OURS_T=${GPU0_T:-1300} SEEDS=${SEEDS:-0,1,2} \
     MODES=${GPU0_MODES-vllm-stock,inline,lanes} BUDGET_S=${GPU0_BUDGET_S:-420} VOXSERVE_CONFIG=$config \
     GPU0_PARTS=${GPU0_PARTS:-} GPU0_PARTS_BEFORE=${GPU0_PARTS_BEFORE:-} GPU0_CODEC_FASTEST=${GPU0_CODEC_FASTEST:-} \
-    GPU0_SPLIT_FROM_FIG3=${GPU0_SPLIT_FROM_FIG3:-} \
+    GPU0_SPLIT_FROM_FIG3=${GPU0_SPLIT_FROM_FIG3:-} GPU0_FIRST_MODES=${GPU0_FIRST_MODES:-} \
+    GPU0_FIRST_SERVE_ARGS=${GPU0_FIRST_SERVE_ARGS:-} GPU0_FIRST_BUDGET_S=${GPU0_FIRST_BUDGET_S:-200} \
+    GPU0_FIRST_T=${GPU0_FIRST_T:-600} \
     setsid "${pin0[@]}" bash -c '
       [ -z "$GPU0_PARTS_BEFORE" ] || RES=$OUT/micro_before PARTS=$GPU0_PARTS_BEFORE bash scripts/gpu_microbench.sh \
         > "$OUT/micro_before.txt" 2>&1
@@ -39,6 +43,11 @@ start)
         VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$OUT/micro_before/codec_step.json" \
           "$VOXSERVE_CONFIG" 2>> "$OUT/codec_choice.txt")
         export FIG3_ARGS="${FIG3_ARGS:-} $(python3 -m benchmarks.codec_layout_choice --fig3-flags "$VOXSERVE_CONFIG")"
+      fi
+      if [ -n "$GPU0_FIRST_MODES" ]; then  # a first server with other `vllm serve` arguments, its own results
+        mkdir -p "$OUT/first"
+        OUT=$OUT/first RES=$OUT/first/run MODES=$GPU0_FIRST_MODES EXTRA_SERVE_ARGS=$GPU0_FIRST_SERVE_ARGS \
+          BUDGET_S=$GPU0_FIRST_BUDGET_S OURS_T=$GPU0_FIRST_T bash scripts/gpu_issue7.sh > "$OUT/first.txt" 2>&1
       fi
       [ -z "$MODES" ] || bash scripts/gpu_issue7.sh > "$OUT/job.txt" 2>&1
       [ -z "$GPU0_PARTS" ] || OUT=$OUT RES=$OUT/micro PARTS=$GPU0_PARTS bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
@@ -80,7 +89,7 @@ collect)
   done
   for g in gpu0 gpu1; do [ -e "$root/$g/done" ] && echo "$g done" || echo "$g running"; done
   [ -e "$root/gpu0/done" ] && [ -e "$root/gpu1/done" ] && echo "all done"
-  tail -n 4 "$root"/gpu0/run/run.txt "$root"/gpu*/micro*/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
+  tail -n 4 "$root"/gpu0/first/run/run.txt "$root"/gpu0/run/run.txt "$root"/gpu*/micro*/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv
   tar czf "$OUT/snapshot.tgz" --exclude='*.safetensors' -C "$root" .
   ;;
