@@ -1,15 +1,17 @@
 """Where a process's host time goes: `python -m benchmarks.host_profile STACKS [--top 30] [--thread MainThread]`.
 
-STACKS is py-spy's raw (collapsed) output, sampled with thread names and without line numbers, e.g.
+STACKS is py-spy's raw (collapsed) output (or its .xz), sampled with thread names and without line numbers, e.g.
 `py-spy record --pid PID --duration 10 --rate 250 --format raw --nolineno --threads --nonblocking --output STACKS`
 (scripts/gpu_profile_host.sh samples the engine core and the API server under load). Only busy samples are recorded,
 so a thread's samples are its CPU time; a CUDA wait that spins counts as busy. For each thread with the most samples
-it prints the functions by inclusive share (on the stack) and by self share (at the top of the stack).
+it prints the functions by inclusive share (on the stack) and by self share (at the top of the stack); with
+`--under FUNC` (a frame's start, e.g. "pump (vllm_voxserve"), what that function's time went to, one call level down.
 """
 
 from __future__ import annotations
 
 import argparse
+import lzma
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -64,8 +66,26 @@ def shares(stacks: list[tuple[list[str], int]]) -> tuple[int, Counter, Counter]:
     return total, inclusive, own
 
 
-def report(path: str | Path, top: int = 30, thread: str | None = None, threads: int = 2) -> str:
-    by_thread = parse(Path(path).read_text())
+def read_stacks(path: str | Path) -> str:
+    path = Path(path)
+    return lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
+
+
+def callees(stacks: list[tuple[list[str], int]], function: str) -> tuple[int, Counter]:
+    """(samples of all, samples by what `function` (a frame's start; its outermost call) called, "<self>" for its
+    own), in samples of the whole thread."""
+    total, below = 0, Counter()
+    for frames, count in stacks:
+        total += count
+        at = next((i for i, f in enumerate(frames) if f.startswith(function)), None)
+        if at is not None:
+            below[frames[at + 1] if at + 1 < len(frames) else "<self>"] += count
+    return total, below
+
+
+def report(path: str | Path, top: int = 30, thread: str | None = None, threads: int = 2,
+           under: str | None = None) -> str:
+    by_thread = parse(read_stacks(path))
     if not by_thread:
         return f"{path}: no samples"
     order = sorted(by_thread, key=lambda t: -sum(c for _, c in by_thread[t]))
@@ -74,6 +94,11 @@ def report(path: str | Path, top: int = 30, thread: str | None = None, threads: 
     for name in chosen:
         total, inclusive, own = shares(by_thread.get(name, []))
         if not total:
+            continue
+        if under:
+            _, below = callees(by_thread[name], under)
+            lines.append(f"\n{name}: {total} samples; under {under}")
+            lines += [f"  {n / total:6.1%}  {f}" for f, n in below.most_common(top)]
             continue
         lines.append(f"\n{name}: {total} samples; functions by inclusive share")
         lines += [f"  {n / total:6.1%}  {f}" for f, n in inclusive.most_common(top)]
@@ -87,9 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("stacks", nargs="+")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--thread", default=None, help="only this thread (default: the busiest two)")
+    parser.add_argument("--under", default=None, help="what this function called (a frame's start)")
     args = parser.parse_args(argv)
     for path in args.stacks:
-        print(report(path, args.top, args.thread))
+        print(report(path, args.top, args.thread, under=args.under))
 
 
 if __name__ == "__main__":

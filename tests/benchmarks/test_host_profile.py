@@ -1,4 +1,6 @@
-from benchmarks.host_profile import parse, report, shares, short_frame
+import lzma
+
+from benchmarks.host_profile import callees, parse, report, shares, short_frame
 
 RAW = """\
 process 7:"python3 -m vllm";thread (11): MainThread;run (/usr/lib/python3/dist-packages/vllm/engine/core.py);step (/usr/lib/python3/dist-packages/vllm/engine/core.py);pump (/work/main/vllm_voxserve/worker/chunk_dispatch.py) 30
@@ -34,3 +36,12 @@ def test_report_names_the_busiest_threads_first(tmp_path):
     assert text.splitlines()[0].endswith("MainThread 100, Thread-1 5")
     assert "  40.0%  step (vllm/engine/core.py)" in text
     assert "  60.0%  recurse (x.py)" in text
+
+
+def test_what_a_function_called_in_shares_of_the_thread(tmp_path):
+    total, below = callees(parse(RAW)["MainThread"], "step (vllm")
+    assert total == 100 and below == {"pump (vllm_voxserve/worker/chunk_dispatch.py)": 30, "<self>": 10}
+    path = tmp_path / "stacks.txt.xz"
+    path.write_bytes(lzma.compress(RAW.encode()))
+    text = report(path, thread="MainThread", under="run (vllm")
+    assert "  60.0%  recurse (x.py)" in text and "  40.0%  step (vllm/engine/core.py)" in text

@@ -7,7 +7,8 @@ from vllm_voxserve.worker.config_hook import SCHEDULER, VoxServeConfigHook
 
 def _vllm_config(max_num_seqs, voxserve=None, cudagraph_mode=None):
     return types.SimpleNamespace(
-        compilation_config=types.SimpleNamespace(cudagraph_mode=cudagraph_mode),
+        compilation_config=types.SimpleNamespace(cudagraph_mode=cudagraph_mode, max_cudagraph_capture_size=None,
+                                                 cudagraph_capture_sizes=None),
         additional_config={"voxserve": voxserve or {}},
         parallel_config=types.SimpleNamespace(worker_cls="auto"),
         scheduler_config=types.SimpleNamespace(max_num_seqs=max_num_seqs, scheduler_cls=None),
@@ -39,6 +40,8 @@ def test_steps_with_prefills_get_whole_graphs_on_gpu_unless_the_user_chose(monke
     config = _vllm_config(64)
     VoxServeConfigHook.verify_and_update_config(config)
     assert config.compilation_config.cudagraph_mode == (None if on_cpu else CUDAGraphMode.FULL)
+    assert config.compilation_config.max_cudagraph_capture_size == (None if on_cpu else 512)
     chosen = _vllm_config(64, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
     VoxServeConfigHook.verify_and_update_config(chosen)
     assert chosen.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
+    assert chosen.compilation_config.max_cudagraph_capture_size is None

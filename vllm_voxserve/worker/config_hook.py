@@ -46,6 +46,11 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
             from vllm.config import CUDAGraphMode
 
             compilation.cudagraph_mode = CUDAGraphMode.FULL
+            if compilation.max_cudagraph_capture_size is None and compilation.cudagraph_capture_sizes is None:
+                # graphs up to 512 tokens, not vLLM's 2 x max_num_seqs (256 at our 128): a full decode batch with
+                # a few arriving prompts (~70 tokens each) still replays one graph instead of running eagerly (6 %
+                # of the engine's thread in the same profile)
+                compilation.max_cudagraph_capture_size = 512
         # vLLM must not treat the text tokenizer's ids (<|im_end|> = 151645 ...) as stop tokens of a 3072-id codec
         # vocabulary: the endpoint tokenizes text itself and stops on the codec EOS.
         vllm_config.model_config.skip_tokenizer_init = True
