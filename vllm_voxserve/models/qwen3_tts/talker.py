@@ -202,29 +202,46 @@ def embed_plan(plan: InputPlan, text_projection: TextProjection, text_embedding:
     """A plan -> (prefill embeddings [L,H], trailing text embeddings [N,H]) as the official `generate` builds them.
 
     x_vector [H]: the Base speaker embedding; ref_codes [F,16]: the ICL reference frames (codec encoder output).
-    Text terms go through `text_projection` in one call per stream, codec terms are looked up per slot."""
+    Text terms go through `text_projection` in one call per stream, codec terms are looked up per slot. The plan's
+    ids and rows reach the device in one copy that does not wait for the device: served, this runs while the
+    previous engine step is on the GPU, and a blocking copy (`torch.tensor(..., device=)`, a list as an index) would
+    wait for that step to end."""
     device = codec_embedding.weight.device
-    text_ids = torch.tensor(plan.text_ids + plan.trailing_text_ids, dtype=torch.long, device=device)
-    text = text_projection(text_embedding(text_ids))
-    prefill_text, trailing = text[:len(plan)], text[len(plan):]
     kinds = [slot.kind for slot in plan.codec]
-    codec = torch.zeros_like(prefill_text)
     token_rows = [i for i, k in enumerate(kinds) if k == CodecKind.TOKEN]
-    if token_rows:
-        ids = torch.tensor([plan.codec[i].value for i in token_rows], dtype=torch.long, device=device)
-        codec[token_rows] = codec_embedding(ids)
     speaker_rows = [i for i, k in enumerate(kinds) if k == CodecKind.SPEAKER]
+    frame_rows = [i for i, k in enumerate(kinds) if k == CodecKind.REF_FRAME]
+    text_ids = [*plan.text_ids, *plan.trailing_text_ids]
+    token_ids = [plan.codec[i].value for i in token_rows]
+    frames = [plan.codec[i].value for i in frame_rows]
+    if frames and (ref_codes is None or ref_codes.shape[0] <= max(frames)):
+        raise ValueError(f"this plan needs {max(frames) + 1} reference frames [F,16]")
+    staged = _to_device(text_ids + token_rows + token_ids + speaker_rows + frame_rows + frames, device)
+    parts = staged.split([len(text_ids), len(token_rows), len(token_ids), len(speaker_rows), len(frame_rows),
+                          len(frames)])
+    text = text_projection(text_embedding(parts[0]))
+    prefill_text, trailing = text[:len(plan)], text[len(plan):]
+    codec = torch.zeros_like(prefill_text)
+    if token_rows:
+        codec.index_copy_(0, parts[1], codec_embedding(parts[2]))
     if speaker_rows:
         if x_vector is None:
             raise ValueError("this plan has a speaker slot: pass the x-vector [H]")
-        codec[speaker_rows] = x_vector.to(device=device, dtype=codec.dtype).reshape(1, -1)
-    frame_rows = [i for i, k in enumerate(kinds) if k == CodecKind.REF_FRAME]
+        speaker = x_vector.to(device=device, dtype=codec.dtype).reshape(1, -1).expand(len(speaker_rows), -1)
+        codec.index_copy_(0, parts[3], speaker)
     if frame_rows:
-        frames = [plan.codec[i].value for i in frame_rows]
-        if ref_codes is None or ref_codes.shape[0] <= max(frames):
-            raise ValueError(f"this plan needs {max(frames) + 1} reference frames [F,16]")
-        codec[frame_rows] = sum_frame_embeddings(codec_embedding, residual_embeddings, ref_codes[frames].to(device))
+        codes = ref_codes.to(device).index_select(0, parts[5])  # served, the codes are already on the device
+        codec.index_copy_(0, parts[4], sum_frame_embeddings(codec_embedding, residual_embeddings, codes)
+                          .to(codec.dtype))
     return prefill_text + codec, trailing
+
+
+def _to_device(values: list[int], device: torch.device) -> torch.Tensor:
+    """int64 [len(values)] on `device`; on CUDA through pinned memory, queued behind the stream's work, not waited on."""
+    host = torch.tensor(values, dtype=torch.long)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def embed_plan_with(talker: Talker, plan: InputPlan, x_vector=None, ref_codes=None):
