@@ -7,9 +7,9 @@
 #   (scripts/gpu_issue7.sh) with CONFIG (GPU0_CODEC_FASTEST=1: with the codec forms GPU0_PARTS_BEFORE's `codec` part
 #   timed fastest, as GPU1_CODEC_FASTEST below; GPU0_SPLIT_FROM_FIG3=1: with the codec SMs its `fig3` part chose); modes, seeds and budgets from GPU0_MODES (empty: no server), SEEDS,
 #   GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in GPU0_PARTS. On one GPU (`nvidia-h200`) set
-#   GPU1_PARTS=none GPU1_MODES= . GPU0_FIRST_MODES: before the ablation, a first server with GPU0_FIRST_SERVE_ARGS
-#   added (another vLLM setting) and a capacity search of these modes (GPU0_FIRST_BUDGET_S, GPU0_FIRST_T), results
-#   under gpu0/first. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
+#   GPU1_PARTS=none GPU1_MODES= . GPU0_SERVE_ARGS: more `vllm serve` arguments for that server. GPU0_FIRST_MODES:
+#   before it, a first server with GPU0_FIRST_SERVE_ARGS (and GPU0_FIRST_CONFIG, default CONFIG) and a capacity
+#   search of these modes from GPU0_FIRST_START (GPU0_FIRST_BUDGET_S, GPU0_FIRST_T), results under gpu0/first. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
 #   rate), then the microbenchmarks named in GPU1_PARTS_AFTER. GPU1_CODEC_FASTEST=1: that server runs the codec's convs in
@@ -31,7 +31,8 @@ start)
     GPU0_PARTS=${GPU0_PARTS:-} GPU0_PARTS_BEFORE=${GPU0_PARTS_BEFORE:-} GPU0_CODEC_FASTEST=${GPU0_CODEC_FASTEST:-} \
     GPU0_SPLIT_FROM_FIG3=${GPU0_SPLIT_FROM_FIG3:-} GPU0_FIRST_MODES=${GPU0_FIRST_MODES:-} \
     GPU0_FIRST_SERVE_ARGS=${GPU0_FIRST_SERVE_ARGS:-} GPU0_FIRST_BUDGET_S=${GPU0_FIRST_BUDGET_S:-200} \
-    GPU0_FIRST_T=${GPU0_FIRST_T:-600} \
+    GPU0_FIRST_T=${GPU0_FIRST_T:-600} GPU0_FIRST_CONFIG=${GPU0_FIRST_CONFIG:-} GPU0_FIRST_START=${GPU0_FIRST_START:-} \
+    GPU0_SERVE_ARGS=${GPU0_SERVE_ARGS:-} \
     setsid "${pin0[@]}" bash -c '
       [ -z "$GPU0_PARTS_BEFORE" ] || RES=$OUT/micro_before PARTS=$GPU0_PARTS_BEFORE bash scripts/gpu_microbench.sh \
         > "$OUT/micro_before.txt" 2>&1
@@ -47,9 +48,10 @@ start)
       if [ -n "$GPU0_FIRST_MODES" ]; then  # a first server with other `vllm serve` arguments, its own results
         mkdir -p "$OUT/first"
         OUT=$OUT/first RES=$OUT/first/run MODES=$GPU0_FIRST_MODES EXTRA_SERVE_ARGS=$GPU0_FIRST_SERVE_ARGS \
+          VOXSERVE_CONFIG=${GPU0_FIRST_CONFIG:-$VOXSERVE_CONFIG} START_RATE=${GPU0_FIRST_START:-$START_RATE} \
           BUDGET_S=$GPU0_FIRST_BUDGET_S OURS_T=$GPU0_FIRST_T bash scripts/gpu_issue7.sh > "$OUT/first.txt" 2>&1
       fi
-      [ -z "$MODES" ] || bash scripts/gpu_issue7.sh > "$OUT/job.txt" 2>&1
+      [ -z "$MODES" ] || EXTRA_SERVE_ARGS=$GPU0_SERVE_ARGS bash scripts/gpu_issue7.sh > "$OUT/job.txt" 2>&1
       [ -z "$GPU0_PARTS" ] || OUT=$OUT RES=$OUT/micro PARTS=$GPU0_PARTS bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
       touch "$OUT/done"' > /dev/null 2>&1 &
   # GPU 1: microbenchmarks, then (GPU1_MODES not empty) a second server with GPU1_CONFIG (default: the same config)
