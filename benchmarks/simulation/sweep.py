@@ -20,13 +20,17 @@ MODES = {
     },
 }
 
+# The simulated GPU is the paper's H100, whose decode cost line is derived for full batches of 64 (costs.py): the
+# simulation keeps that batch, whatever the served default.
+PAPER_POLICY = SchedulerPolicyConfig(max_decode_batch=64)
+
 DRAIN_S = 120.0  # after the arrival window, let admitted requests finish (the paper's client waits up to 900 s)
 
 
 def mode_config(mode: str, base: SchedulerPolicyConfig | None = None) -> SchedulerPolicyConfig:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {sorted(MODES)}")
-    return (base or SchedulerPolicyConfig()).replace(**MODES[mode])
+    return (base or PAPER_POLICY).replace(**MODES[mode])
 
 
 def simulate_rate(
