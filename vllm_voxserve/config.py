@@ -209,10 +209,6 @@ class VoxServeConfig:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"voxserve.scheduler: {exc}") from None
 
-    def chunk_frames_at(self, chunk_index: int) -> int:
-        """Frames in the request's chunk number `chunk_index` (0-based)."""
-        return self.first_chunk_frames if chunk_index == 0 else self.chunk_frames
-
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> VoxServeConfig:
         raw = dict(raw or {})

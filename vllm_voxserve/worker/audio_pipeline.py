@@ -141,27 +141,30 @@ class AudioPipeline:
         rows: list[int] = []
         places: list[int] = []
         cut: list[str] = []
+        cut_set: set[str] = set()
+        first, later = self.config.first_chunk_frames, self.config.chunk_frames
         for i, req_id in enumerate(req_ids):  # the per-row host loop of every step: keep it lean
             stream = streams.get(req_id)
             if stream is None or stream.closing:
                 continue
-            if cut and req_id in cut:  # a second frame of a request cut in this call: store and cut the first part
+            if req_id in cut_set:  # a second frame of a request cut in this call: store and cut the first part
                 self._store(codes, rows, places, cut, ready)
-                rows, places, cut = [], [], []
+                rows, places, cut, cut_set = [], [], [], set()
             rows.append(i)
             places.append(stream.store_slot * width + stream.pending)
             stream.pending += 1
             stream.frames += 1
             if lanes is not None:
                 lanes.add_frames(req_id, 1)
-            if stream.pending >= self.config.chunk_frames_at(stream.chunks_cut):
+            if stream.pending >= (later if stream.chunks_cut else first):
                 cut.append(req_id)
+                cut_set.add(req_id)
         self._store(codes, rows, places, cut, ready)
         if self.mode is CodecMode.INLINE:
             self._decode([(req_id, frames) for req_id, _, frames in ready])
             return
-        for req_id, index, frames in ready:
-            self.lanes.add_chunk(req_id, index, frames.clamp_(0, MAX_CODE))
+        for req_id, index, frames in ready:  # clamped when cut (`_store`)
+            self.lanes.add_chunk(req_id, index, frames)
         self.lanes.pump()  # every step, even with no new chunk: harvest and launch what is due
 
     def _store(self, codes: torch.Tensor, rows: list[int], places: list[int], cut: list[str],
@@ -169,9 +172,14 @@ class AudioPipeline:
         """Scatter `codes[rows]` into the frame store, then cut the chunks of the streams in `cut`."""
         if rows:
             self.frame_store.write(codes if len(rows) == len(codes) else codes[rows], places)
-        for req_id in cut:
-            stream = self.streams[req_id]
-            ready.append((req_id, stream.chunks_cut, self._take_pending(stream)))
+        if not cut:
+            return
+        streams = [self.streams[req_id] for req_id in cut]
+        gathered, chunks = self.frame_store.take_many([(stream.store_slot, stream.pending) for stream in streams])
+        gathered.clamp_(0, MAX_CODE)
+        for req_id, stream, frames in zip(cut, streams, chunks, strict=True):
+            stream.pending = 0
+            ready.append((req_id, stream.chunks_cut, frames))
             if stream.chunks_cut == 0:
                 stream.first_cut_at = self.clock()
             stream.chunks_cut += 1
