@@ -117,10 +117,10 @@ class CodecLane:
         else:
             producer = torch.cuda.current_stream(exe.device)
             if any(c.codes.is_cuda for c in chunks):
-                self.stream.wait_stream(producer)  # codes were written on the producer's stream
-                for c in chunks:
-                    if c.codes.is_cuda:
-                        c.codes.record_stream(self.stream)
+                # Codes were written on the producer's stream. The batch holds them until it is harvested (after its
+                # done event), so their memory cannot be handed out again while this stream reads it: no
+                # record_stream per chunk on the engine's thread.
+                self.stream.wait_stream(producer)
             with torch.cuda.stream(self.stream):
                 # recorded when the stream gets here, i.e. after the batch before it: its device time alone
                 batch.start = torch.cuda.Event(enable_timing=True)
