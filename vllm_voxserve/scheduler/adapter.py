@@ -84,6 +84,7 @@ class SpeechPolicyMixin:
         self.max_audio_streams = config.max_codec_slots
         self.audio_streams: set[str] = set()  # the worker's open audio streams at its last report
         self.speech_policy = self.planner.cfg
+        self.chunk_schedule = schedule_of(self.speech_policy)  # once, not per stream and step
         self.streams: dict[str, StreamState] = {}  # admitted speech requests
         self.held: dict[str, WaitingRequest] = {}  # speech requests not yet admitted, in arrival order
         self.to_reject: dict[str, Rejection] = {}  # to finish at the next schedule()
@@ -269,8 +270,7 @@ class SpeechPolicyMixin:
         if request is None:
             return None
         frames = max(request.num_output_tokens - 1, 0)  # the last sampled token becomes a frame next step
-        schedule = schedule_of(self.speech_policy)
-        chunks = schedule.chunk_of_frame(frames) if frames else 0
+        chunks = self.chunk_schedule.chunk_of_frame(frames) if frames else 0
         first_audio = stream.first_audio_time if stream.first_audio_time is not None else (now if chunks else None)
         return RequestProgress(stream.request_id, frames, request.is_finished(), chunks,
                                frames * self.speech_policy.frame_duration_s, first_audio)
