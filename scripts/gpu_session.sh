@@ -47,7 +47,7 @@ start)
       fi
       if [ -n "$GPU0_FIRST_MODES" ]; then  # a first server with other `vllm serve` arguments, its own results
         mkdir -p "$OUT/first"
-        OUT=$OUT/first RES=$OUT/first/run MODES=$GPU0_FIRST_MODES EXTRA_SERVE_ARGS=$GPU0_FIRST_SERVE_ARGS \
+        RES=$OUT/first/run OUT=$OUT/first MODES=$GPU0_FIRST_MODES EXTRA_SERVE_ARGS=$GPU0_FIRST_SERVE_ARGS \
           VOXSERVE_CONFIG=${GPU0_FIRST_CONFIG:-$VOXSERVE_CONFIG} START_RATE=${GPU0_FIRST_START:-$START_RATE} \
           BUDGET_S=$GPU0_FIRST_BUDGET_S OURS_T=$GPU0_FIRST_T bash scripts/gpu_issue7.sh > "$OUT/first.txt" 2>&1
       fi
