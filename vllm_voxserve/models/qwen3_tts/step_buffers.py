@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -69,13 +70,17 @@ class ServedRequest:
     frames: list = field(default_factory=list)
     prefill_done: bool = False
     resuming: bool = False
+    # what every decode row of it writes, gathered once (fill's per-row loop appends this one tuple)
+    decode_constants: tuple = ()
+
+    def __post_init__(self) -> None:
+        self.decode_constants = (self.cp_temperature, self.cp_top_p, self.cp_top_k, self.seed)
 
     def decode_text_id(self, step: int) -> int:
         return self.decode_text_ids[step] if step < len(self.decode_text_ids) else self.tts_pad_id
 
 
-@dataclass(frozen=True, slots=True)
-class DecodeRow:
+class DecodeRow(NamedTuple):  # a tuple: one is made per decode row of every step
     row: int  # row in this step's flattened tokens
     req_id: str
     frame_index: int  # the request's frame number that this row completes
@@ -162,7 +167,7 @@ class StepBuffers:
         decode_rows: list[DecodeRow] = []
         # Per request (one entry each) and per decode row, gathered in lists and written to the arrays at once.
         slots, pads, fixed, stash_rows, stash_slots = [], [], [], [], []
-        d_rows, d_text, d_temp, d_top_p, d_top_k, d_seed, d_step = [], [], [], [], [], [], []
+        d_rows, d_text, d_step, d_constants = [], [], [], []
         row = 0
         for req_id, count, start in zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True):
             req = requests.get(req_id)
@@ -178,8 +183,7 @@ class StepBuffers:
             if decode_at is not None:
                 r, step = row + decode_at - start, decode_at - req.prompt_len
                 d_rows.append(r), d_text.append(req.decode_text_id(step)), d_step.append(step)
-                d_temp.append(req.cp_temperature), d_top_p.append(req.cp_top_p)
-                d_top_k.append(req.cp_top_k), d_seed.append(req.seed)
+                d_constants.append(req.decode_constants)
                 decode_rows.append(DecodeRow(r, req_id, step))
                 req.resuming = False
             # The last row's hidden state feeds the next frame; a resuming request keeps its stash until it decodes.
@@ -193,6 +197,7 @@ class StepBuffers:
         write_slot[stash_rows] = stash_slots
         if d_rows:
             text_ids[d_rows], is_decode[d_rows], frame_index[d_rows] = d_text, True, d_step
+            d_temp, d_top_p, d_top_k, d_seed = zip(*d_constants)
             top_k[d_rows], seed[d_rows] = d_top_k, d_seed
             floats[0, d_rows], floats[1, d_rows] = d_temp, d_top_p
         decode_index = staging.decode_index.numpy()
