@@ -204,6 +204,10 @@ class VoxServeConfig:
                    chunk_frames=self.chunk_frames)
         if self.lanes.split.group == "codec":  # the cost model's seed scales the codec by its SMs: the same split
             raw.setdefault("codec_sms", self.lanes.split.group_sms)
+        # the policy plans batches up to the lanes' largest executables (a larger plan is cut to them, a smaller
+        # one leaves them unused): unless set apart, the same numbers
+        raw.setdefault("background_max_batch", self.lanes.background_max_batch)
+        raw.setdefault("urgent_max_batch", max(self.lanes.urgent_buckets))
         try:
             return SchedulerPolicyConfig.from_dict(raw)
         except (TypeError, ValueError) as exc:
