@@ -29,6 +29,7 @@ def test_gpu_plan_embeddings_equal_the_cpu_ones_and_do_not_wait_for_the_stream(t
         plan = build_plan(cpu.tables, prompt)
         with torch.no_grad():
             expected = embed_plan_with(cpu.talker, plan, x_vector, ref_codes)
+            embed_plan_with(gpu.talker, plan, x_vector_gpu, ref_codes_gpu)  # warm: first-use allocations may sync
             torch.cuda.synchronize()
             busy = torch.cuda.Event()
             torch.cuda._sleep(200_000_000)  # a long kernel ahead in the stream, as an engine step in flight
