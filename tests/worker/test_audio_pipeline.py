@@ -183,6 +183,19 @@ def hold_lane_batches(pipeline):
     return gate
 
 
+@pytest.mark.parametrize("mode", ["inline", "lanes"])
+def test_codes_past_the_codebook_are_clamped_in_every_chunk(program, mode):
+    """A talker's codebook-0 id past the codec's 2048 entries (a special token) decodes as code 2047, in full chunks
+    and in the last, shorter one."""
+    pipeline, sender, _ = make_pipeline(program, mode)
+    codes = random_codes(FIRST + LATER + 2, seed=31)
+    codes[::3, 0] = 3000
+    pipeline.open("a", "key-a", "addr")
+    pipeline.push(codes, ["a"] * len(codes))
+    pipeline.close("a")
+    check_stream(sender, "key-a", full_decode(program, codes.clamp(0, 2047)), 3)
+
+
 def test_close_with_a_chunk_in_flight_and_a_partial_chunk_loses_nothing(program):
     pipeline, sender, launches = make_pipeline(program, "lanes")
     gate = hold_lane_batches(pipeline)

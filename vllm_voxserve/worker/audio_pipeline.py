@@ -119,6 +119,8 @@ class AudioPipeline:
     # requests ----------------------------------------------------------------------------------------------------
 
     def open(self, req_id: str, stream_key: str, address: str, warmup_codes: torch.Tensor | None = None) -> None:
+        if warmup_codes is not None:  # codes enter clamped, here and in `_store`: nothing after clamps again
+            warmup_codes = warmup_codes.clamp(0, MAX_CODE)
         if self.mode is CodecMode.LANES:
             # Warm-up: reference frames decoded into the state, unheard (Base voice cloning continues them).
             self.lanes.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
@@ -163,20 +165,19 @@ class AudioPipeline:
         if self.mode is CodecMode.INLINE:
             self._decode([(req_id, frames) for req_id, _, frames in ready])
             return
-        for req_id, index, frames in ready:  # clamped when cut (`_store`)
+        for req_id, index, frames in ready:
             self.lanes.add_chunk(req_id, index, frames)
         self.lanes.pump()  # every step, even with no new chunk: harvest and launch what is due
 
     def _store(self, codes: torch.Tensor, rows: list[int], places: list[int], cut: list[str],
                ready: list[tuple[str, int, torch.Tensor]]) -> None:
         """Scatter `codes[rows]` into the frame store, then cut the chunks of the streams in `cut`."""
-        if rows:
-            self.frame_store.write(codes if len(rows) == len(codes) else codes[rows], places)
+        if rows:  # the store holds clamped codes, so every chunk cut from it is
+            self.frame_store.write((codes if len(rows) == len(codes) else codes[rows]).clamp(0, MAX_CODE), places)
         if not cut:
             return
         streams = [self.streams[req_id] for req_id in cut]
-        gathered, chunks = self.frame_store.take_many([(stream.store_slot, stream.pending) for stream in streams])
-        gathered.clamp_(0, MAX_CODE)
+        _, chunks = self.frame_store.take_many([(stream.store_slot, stream.pending) for stream in streams])
         for req_id, stream, frames in zip(cut, streams, chunks, strict=True):
             stream.pending = 0
             ready.append((req_id, stream.chunks_cut, frames))
@@ -211,7 +212,7 @@ class AudioPipeline:
             return
         stream.closing = True
         if stream.pending:
-            last = self._take_pending(stream).clamp_(0, MAX_CODE)
+            last = self._take_pending(stream)
             self.lanes.add_chunk(req_id, stream.chunks_cut, last, is_last=True)
             stream.chunks_cut += 1
         self.lanes.finish(req_id)  # END now if nothing is left, else after the last chunk's audio
@@ -283,10 +284,10 @@ class AudioPipeline:
             # a shorter last chunk runs in the next graph up: its padding frames come after its audio (causal) and
             # only advance a state nobody reads again
             padded = smallest_at_least(graphs.frame_counts, frames)
-            bucket = graphs.plan([f.clamp(0, MAX_CODE) for _, f in batch], slots, (), padded)
+            bucket = graphs.plan([f for _, f in batch], slots, (), padded)
             wav = graphs.run(bucket, padded)[: len(batch), : frames * self.program.samples_per_frame]
             return wav.cpu().numpy()
-        codes = torch.stack([f for _, f in batch]).to(self.device).clamp_(0, MAX_CODE)  # frames may come from the host
+        codes = torch.stack([f for _, f in batch]).to(self.device)  # frames may come from the host
         slot_ids = torch.tensor(slots, dtype=torch.long, device=self.device)
         return self.program.decode(codes, slot_ids, self.pool).float().cpu().numpy()
 

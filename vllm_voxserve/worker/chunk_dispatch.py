@@ -89,7 +89,7 @@ class LaneDispatch:
         self.manager.open_request(request_id)  # RuntimeError when no state slot is free
         if warmup_codes is not None and len(warmup_codes):
             try:
-                self.manager.prime(request_id, warmup_codes.clamp(0, 2047))
+                self.manager.prime(request_id, warmup_codes)  # clamped by the pipeline (`AudioPipeline.open`)
             except BaseException:
                 self.manager.close_request(request_id)
                 raise
