@@ -12,7 +12,7 @@
 #   search of these modes from GPU0_FIRST_START (GPU0_FIRST_BUDGET_S, GPU0_FIRST_T), results under gpu0/first. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
-#   rate), then the microbenchmarks named in GPU1_PARTS_AFTER. GPU1_CODEC_FASTEST=1: that server runs the codec's convs in
+#   rate), then the microbenchmarks named in GPU1_PARTS_AFTER; GPU1_SERVE_ARGS: more `vllm serve` arguments there. GPU1_CODEC_FASTEST=1: that server runs the codec's convs in
 #   the form GPU 1's `codec` part timed fastest (channels-last, low-rate convs as matmuls: codec_layout_choice.py), and
 #   so does its Figure 3 after. Two servers at once: same commit, settings and GPU
 #   model.
@@ -59,24 +59,25 @@ start)
     VOXSERVE_CONFIG=${GPU1_CONFIG:-$config} GPU1_MODES=${GPU1_MODES-lanes} SEEDS=${GPU1_SEEDS:-0} \
     START_RATE=${GPU1_START:-16} BUDGET_S=${GPU1_BUDGET_S:-200} OURS_T=${GPU1_T:-420} \
     GPU1_PROFILE_RATE=${GPU1_PROFILE_RATE:-} GPU0_MAKES_CKPT=${GPU0_MODES-x} GPU1_PARTS_AFTER=${GPU1_PARTS_AFTER:-} \
-    GPU1_CODEC_FASTEST=${GPU1_CODEC_FASTEST:-} setsid "${pin1[@]}" bash -c '
+    GPU1_CODEC_FASTEST=${GPU1_CODEC_FASTEST:-} GPU1_SERVE_ARGS=${GPU1_SERVE_ARGS:-} \
+    CKPT=${CKPT:-/tmp/qwen3-tts-1.7b-customvoice-random} CKPT_SETTLE_S=${CKPT_SETTLE_S:-20} setsid "${pin1[@]}" bash -c '
       [ "$PARTS" = none ] || bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
       if [ -n "$GPU1_PROFILE_RATE" ]; then  # profile served steps under load instead of a second capacity search
         if [ -n "$GPU0_MAKES_CKPT" ]; then  # GPU 0 makes the checkpoint; else the profile script does
-          while [ ! -e /tmp/qwen3-tts-1.7b-customvoice-random/vocab.json ]; do sleep 5; done
-          sleep 20
+          while [ ! -e "$CKPT/vocab.json" ]; do sleep 5; done
+          sleep "$CKPT_SETTLE_S"
         fi
         OUT=$OUT/variant RES=$OUT/run PORT=8001 RATE=$GPU1_PROFILE_RATE bash scripts/gpu_profile_step.sh \
           > "$OUT/variant.txt" 2>&1
       elif [ -n "$GPU1_MODES" ]; then
-        while [ ! -e /tmp/qwen3-tts-1.7b-customvoice-random/vocab.json ]; do sleep 5; done  # GPU 0 makes it
-        sleep 20
+        while [ ! -e "$CKPT/vocab.json" ]; do sleep 5; done  # GPU 0 makes it
+        sleep "$CKPT_SETTLE_S"
         if [ -n "$GPU1_CODEC_FASTEST" ]; then  # a conv form only where this session timed it faster
           VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$RES/codec_step.json" "$VOXSERVE_CONFIG" \
             2>> "$OUT/variant_choice.txt")
           export FIG3_ARGS="${FIG3_ARGS:-} $(python3 -m benchmarks.codec_layout_choice --fig3-flags "$VOXSERVE_CONFIG")"
         fi
-        OUT=$OUT/variant RES=$OUT/run PORT=8001 MODES=$GPU1_MODES bash scripts/gpu_issue7.sh \
+        OUT=$OUT/variant RES=$OUT/run PORT=8001 MODES=$GPU1_MODES EXTRA_SERVE_ARGS=$GPU1_SERVE_ARGS bash scripts/gpu_issue7.sh \
           > "$OUT/variant.txt" 2>&1
       fi
       [ -z "$GPU1_PARTS_AFTER" ] || RES=$OUT/micro_after PARTS=$GPU1_PARTS_AFTER bash scripts/gpu_microbench.sh \
