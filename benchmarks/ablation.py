@@ -88,6 +88,13 @@ def _search_for(config: AblationConfig, done: dict[str, SweepResult | SearchResu
     search = config.search
     if not config.chain_start or not done:
         return search
-    previous = list(done.values())[-1].capacity.get(f"{min(search.thresholds):.2f}", 0.0)
-    start = min(max(previous, search.resolution), search.max_rate)
+    lowest = min(search.thresholds)
+    previous = list(done.values())[-1]
+    capacity = previous.capacity.get(f"{lowest:.2f}")
+    if capacity is None:  # not settled (its budget ran out): the highest rate it met, a lower bound
+        met = [s.rate for s in previous.summaries if s.attainment >= lowest]
+        if not met:
+            return search
+        capacity = max(met)
+    start = min(max(capacity, search.resolution), search.max_rate)
     return dataclasses.replace(search, start_rate=start)

@@ -71,5 +71,28 @@ def test_ablation_chain_start_uses_previous_capacity():
     done["a"].capacity["0.90"] = 0.0
     assert _search_for(chained, done).start_rate == 2.0
     assert _search_for(AblationConfig(modes=("a",), search=search), done).start_rate == 8
+
+
+def test_ablation_chain_start_after_an_unsettled_search_uses_the_highest_rate_it_met():
+    """A previous mode whose budget ran out before its capacity settled: start at its best passing rate, not at the
+    lowest rate (session 10 lost its `lanes` budget climbing 8, 16, 32 after `vllm-stock` met 40 unsettled)."""
+    from benchmarks.ablation import AblationConfig, _search_for
+    from benchmarks.capacity_search import SearchResult
+    from benchmarks.metrics import RateSummary
+
+    def summary(rate, attainment):
+        return RateSummary(rate=rate, window_s=60, num_requests=100, num_completed=100, num_rejected=0,
+                           num_failed=0, num_stalled=0, num_met=round(100 * attainment), attainment=attainment,
+                           goodput=rate * attainment, throughput=rate, audio_within_1s=1.0, ttfa_p50_s=0.1,
+                           ttfa_p90_s=0.1, ttfa_p99_s=0.1, ttfa_mean_s=0.1)
+
+    load = LoadConfig(base_url="http://127.0.0.1:1", profile=make_profile("ours"), window_s=20)
+    search = SearchConfig(load=load, start_rate=16, resolution=8, max_rate=256)
+    chained = AblationConfig(modes=("a", "b"), search=search, chain_start=True)
+    unsettled = SearchResult(window_s=20, stop_reason="time budget", capacity={"0.99": 32.0},
+                             summaries=[summary(40, 0.91), summary(16, 0.99), summary(32, 0.999), summary(80, 0.2)])
+    assert _search_for(chained, {"a": unsettled}).start_rate == 40
+    nothing_met = SearchResult(window_s=20, stop_reason="time budget", summaries=[summary(40, 0.5)])
+    assert _search_for(chained, {"a": nothing_met}) is search
     with pytest.raises(ValueError):
         AblationConfig(modes=("a",))
