@@ -65,7 +65,9 @@ class LanesConfig:
 
     frame_counts: tuple[int, ...] = ()  # chunk lengths with executables; () means the configured chunk sizes
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes of the urgent lane's executables
-    background_max_batch: int = 32  # largest background batch (executables at powers of two up to it)
+    # largest background batch (executables at powers of two up to it): at 80-96 req/s on the H200 the background
+    # lane was busy 100 % with batches of 56-64 (session 10)
+    background_max_batch: int = 64
     # background batches in flight at once, each with its own executables: 2 queues the next behind the running one,
     # so the codec partition does not idle until the next engine step feeds it
     background_depth: int = 2
@@ -120,8 +122,9 @@ class VoxServeConfig:
     # Default streaming SLO; a request may set its own.
     ttfa_slo_ms: float = 200.0
     codec_mode: CodecMode = CodecMode.AUTO
-    # Codec state slots (requests whose codec state lives on the device at once).
-    max_codec_slots: int = 256
+    # Codec state slots (requests whose codec state lives on the device at once): the running streams plus those
+    # whose last chunks are still decoding; 384 beside a running cap of 256, as the H200 served 80 req/s (session 10).
+    max_codec_slots: int = 384
     # Largest number of chunks decoded in one codec batch.
     max_codec_batch: int = 16
     # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental

@@ -21,8 +21,8 @@ MODES = {
 }
 
 # The simulated GPU is the paper's H100, whose decode cost line is derived for full batches of 64 (costs.py): the
-# simulation keeps that batch, whatever the served default.
-PAPER_POLICY = SchedulerPolicyConfig(max_decode_batch=64)
+# simulation keeps that batch and the background batches it was calibrated with, whatever the served defaults.
+PAPER_POLICY = SchedulerPolicyConfig(max_decode_batch=64, background_max_batch=32)
 
 DRAIN_S = 120.0  # after the arrival window, let admitted requests finish (the paper's client waits up to 900 s)
 

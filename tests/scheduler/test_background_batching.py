@@ -6,7 +6,7 @@ from vllm_voxserve.scheduler.costs import CostModel
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.urgency import ready_chunks
 
-CFG = SchedulerPolicyConfig()  # B = 8, largest batch 32, δu = 100 ms, early-launch slack 100 ms
+CFG = SchedulerPolicyConfig(background_max_batch=32)  # B = 8, largest batch 32, δu = 100 ms, early-launch slack 100 ms
 COSTS = CostModel()
 
 

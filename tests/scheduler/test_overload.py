@@ -6,8 +6,9 @@ from vllm_voxserve.scheduler.overload import OverloadGuard, frames_needed_by
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
 
-SHED = SchedulerPolicyConfig(overload_mode="reject")
-OFF = SchedulerPolicyConfig(overload_mode="off")
+# the scenarios below are sized for a decode batch of 128 frames a step
+SHED = SchedulerPolicyConfig(overload_mode="reject", max_decode_batch=128)
+OFF = SchedulerPolicyConfig(overload_mode="off", max_decode_batch=128)
 
 
 def guard(cfg=SHED):

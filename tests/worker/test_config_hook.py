@@ -22,6 +22,17 @@ def test_running_requests_are_capped_at_the_codec_slots():
     assert config.scheduler_config.max_num_seqs == 8
 
 
+@pytest.mark.parametrize("max_num_seqs, voxserve, expected", [
+    (1024, {}, 256),  # vLLM's large-GPU default becomes the default decode batch (384 slots)
+    (1024, {"scheduler": {"max_decode_batch": 512}}, 384),  # never past the slots
+    (300, {}, 300),  # a cap within the slots is the user's
+])
+def test_a_cap_past_the_slots_falls_to_the_decode_batch(max_num_seqs, voxserve, expected):
+    config = _vllm_config(max_num_seqs, voxserve)
+    VoxServeConfigHook.verify_and_update_config(config)
+    assert config.scheduler_config.max_num_seqs == expected
+
+
 @pytest.mark.parametrize("max_num_seqs", [None, 256])
 def test_the_hook_picks_our_scheduler_when_the_slots_suffice(max_num_seqs):
     config = _vllm_config(max_num_seqs)

@@ -24,11 +24,11 @@ class SchedulerPolicyConfig:
     # codec routing
     urgent_margin_s: float = 0.1  # δu
     background_min_batch: int = 8  # B
-    background_max_batch: int = 32  # largest background executable (codec graphs at powers of two)
+    background_max_batch: int = 64  # largest background executable (codec graphs at powers of two)
     urgent_max_batch: int = 8  # largest urgent executable
     early_launch_slack_s: float = 0.1  # launch a small background batch once the earliest chunk has less slack
     # LM lane
-    max_decode_batch: int = 128  # what the H200 capacity runs served (56 req/s at 99 %, session 9)
+    max_decode_batch: int = 256  # what the H200 capacity runs served (80 req/s at 100 %, session 10)
     max_prefills_per_step: int = 8  # waiting requests one prefill may pack (within max_prefill_tokens)
     max_prefill_tokens: int = 2048
     max_prefill_deferral_s: float = 0.1

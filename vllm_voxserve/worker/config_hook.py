@@ -30,10 +30,13 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
         max_seqs = getattr(scheduler, "max_num_seqs", None)
         if max_seqs is not None and max_seqs > config.max_codec_slots:
             # Each running request holds a codec state slot: past them, an inline-mode request would fail at its
-            # first step. vLLM's own default (1024 on large GPUs) lands here too, so clamp rather than refuse.
-            logger.warning("voxserve: --max-num-seqs %d lowered to voxserve.max_codec_slots %d (raise "
-                           "max_codec_slots to run more requests at once)", max_seqs, config.max_codec_slots)
-            scheduler.max_num_seqs = config.max_codec_slots
+            # first step. vLLM's own default (1024 on large GPUs) lands here too, so clamp rather than refuse, to
+            # the decode batch where the slots allow (the running cap the H200 capacity runs served with).
+            lowered = min(config.max_codec_slots, config.scheduler_policy().max_decode_batch)
+            logger.warning("voxserve: --max-num-seqs %d lowered to %d (voxserve.max_codec_slots %d, "
+                           "voxserve.scheduler.max_decode_batch %d)", max_seqs, lowered, config.max_codec_slots,
+                           config.scheduler_policy().max_decode_batch)
+            scheduler.max_num_seqs = lowered
         if scheduler.scheduler_cls is None:  # a user's --scheduler-cls wins
             scheduler.scheduler_cls = SCHEDULER
         compilation = getattr(vllm_config, "compilation_config", None)
