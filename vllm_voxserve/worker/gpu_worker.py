@@ -27,7 +27,10 @@ class VoxServeV1GPUModelRunner(V1SpeechHooks, GPUModelRunner):
 
 class VoxServeGPUWorker(Worker):
     def init_device(self) -> None:
-        # before the model loads: the codec and code predictor compile while the model is built
+        # Both before the model loads, as the codec and the code predictor compile while it is built. The thread
+        # count first: dynamo's guards hold it, so setting it after the compile made the inline codec's first call
+        # compile the codec again (52-55 s per switch to `inline` or `vllm-stock`, session 10's serve logs).
+        serve_on_one_intra_op_thread()
         load_compile_cache(cache_path())
         super().init_device()
         if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
@@ -36,7 +39,6 @@ class VoxServeGPUWorker(Worker):
     def compile_or_warm_up_model(self):
         result = self._compile_or_warm_up()
         save_compile_cache(cache_path())  # everything has compiled by now
-        serve_on_one_intra_op_thread()
         return result
 
     def _compile_or_warm_up(self):
@@ -78,8 +80,8 @@ class VoxServeGPUWorker(Worker):
 
 
 def serve_on_one_intra_op_thread() -> None:
-    """From here on the worker serves: many small host steps on one thread. torch would fan a large CPU op out to a
-    thread per core, and those threads spin between steps beside the engine's own (session 9 on the H200, lanes mode:
-    15 of them at 23-35 % of a CPU each while the engine's thread was 80-94 % busy). OMP_NUM_THREADS, if set, wins."""
+    """The worker serves many small host steps on one thread. torch would fan a large CPU op out to a thread per
+    core, and those threads spin between steps beside the engine's own (session 9 on the H200, lanes mode: 15 of
+    them at 23-35 % of a CPU each while the engine's thread was 80-94 % busy). OMP_NUM_THREADS, if set, wins."""
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
