@@ -199,15 +199,23 @@ def test_served_codec_settings_capture_on_the_codec_partition():
 @torch.inference_mode()
 def test_channels_last_convs_decode_as_the_plain_ones():
     """`channels_last=True` (2-D convs over channels-last weights, layers.use_channels_last): the same audio and state,
-    eager and compiled (CPU inductor here)."""
+    eager and compiled (CPU inductor here), also with the dilated convs then made matmuls as the served default does
+    (`nhwc+dgemm`, the form the H200 has not timed yet; this small decoder's dilated convs stand in for the wide ones)."""
     import copy
+
+    from vllm_voxserve.models.qwen3_tts.codec.layers import use_channels_last, use_gemm
 
     decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
     init_codec_decoder_weights(decoder, seed=0)
+    nhwc_dgemm = copy.deepcopy(decoder)
+    use_channels_last(nhwc_dgemm)  # the order Qwen3CodecProgram applies its flags in
+    dilated = nhwc_dgemm.wide_dilated_convs(min_channels=1)
+    assert dilated
+    use_gemm(dilated)
     outputs = {}
     for name, kwargs in (("plain", {}), ("nhwc", {"channels_last": True}),
-                         ("nhwc+compile", {"channels_last": True, "compile": True})):
-        program = Qwen3CodecProgram(copy.deepcopy(decoder), **kwargs)
+                         ("nhwc+compile", {"channels_last": True, "compile": True}), ("nhwc+dgemm", {})):
+        program = Qwen3CodecProgram(nhwc_dgemm if name == "nhwc+dgemm" else copy.deepcopy(decoder), **kwargs)
         pool = program.make_state_pool(4, torch.device("cpu"))
         g = torch.Generator().manual_seed(0)
         outputs[name] = [program.decode(torch.randint(0, 32, (b, 4, 16), generator=g), torch.arange(b), pool)
@@ -215,7 +223,7 @@ def test_channels_last_convs_decode_as_the_plain_ones():
         if name == "nhwc":
             conv = program.decoder.decoder[0].conv
             assert conv.weight.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
-    for name in ("nhwc", "nhwc+compile"):
+    for name in ("nhwc", "nhwc+compile", "nhwc+dgemm"):
         for plain, other in zip(outputs["plain"], outputs[name], strict=True):
             torch.testing.assert_close(other, plain, atol=1e-4, rtol=0)
 
