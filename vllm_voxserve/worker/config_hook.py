@@ -32,10 +32,11 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
             # Each running request holds a codec state slot: past them, an inline-mode request would fail at its
             # first step. vLLM's own default (1024 on large GPUs) lands here too, so clamp rather than refuse, to
             # the decode batch where the slots allow (the running cap the H200 capacity runs served with).
-            lowered = min(config.max_codec_slots, config.scheduler_policy().max_decode_batch)
+            decode_batch = config.scheduler_policy().max_decode_batch
+            lowered = min(config.max_codec_slots, decode_batch)
             logger.warning("voxserve: --max-num-seqs %d lowered to %d (voxserve.max_codec_slots %d, "
                            "voxserve.scheduler.max_decode_batch %d)", max_seqs, lowered, config.max_codec_slots,
-                           config.scheduler_policy().max_decode_batch)
+                           decode_batch)
             scheduler.max_num_seqs = lowered
         if scheduler.scheduler_cls is None:  # a user's --scheduler-cls wins
             scheduler.scheduler_cls = SCHEDULER

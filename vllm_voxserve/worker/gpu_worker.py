@@ -13,8 +13,8 @@ from vllm.v1.worker.gpu_worker import Worker
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.compat import capture_vllm_graphs_on
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.scheduler.adapter import attach_report
+from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
 
