@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from benchmarks.capacity_search import SearchConfig, SearchResult, run_search
@@ -31,12 +31,16 @@ class AblationConfig:
     search: SearchConfig | None = None
     # Search only: start each mode's bracket at the previous mode's capacity (modes listed weakest first).
     chain_start: bool = False
+    # Search only: a mode's own first rate, over the chained one (a known bracket need not be found again).
+    start_rates: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.sweep is None) == (self.search is None):
             raise ValueError("give exactly one of sweep or search")
         if not self.modes or len(set(self.modes)) != len(self.modes):
             raise ValueError(f"modes must be non-empty and distinct, got {self.modes}")
+        if not set(self.start_rates) <= set(self.modes):
+            raise ValueError(f"start rates for modes not measured: {sorted(set(self.start_rates) - set(self.modes))}")
 
     @property
     def load(self):
@@ -78,14 +82,16 @@ def run_ablation(config: AblationConfig, switcher: ModeSwitcher,
             if config.sweep is not None:
                 results[mode] = run_sweep(config.sweep, on_update=update)
             else:
-                results[mode] = run_search(_search_for(config, results), on_update=update)
+                results[mode] = run_search(_search_for(config, results, mode), on_update=update)
     finally:
         switcher.close()
     return results, switch_s
 
 
-def _search_for(config: AblationConfig, done: dict[str, SweepResult | SearchResult]) -> SearchConfig:
+def _search_for(config: AblationConfig, done: dict[str, SweepResult | SearchResult], mode: str) -> SearchConfig:
     search = config.search
+    if mode in config.start_rates:
+        return dataclasses.replace(search, start_rate=config.start_rates[mode])
     if not config.chain_start or not done:
         return search
     lowest = min(search.thresholds)

@@ -22,6 +22,14 @@ def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x.strip())
 
 
+def _mode_rates(text: str) -> dict[str, float]:
+    """"lanes=88,vllm-stock=40" -> {"lanes": 88.0, "vllm-stock": 40.0}"""
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise argparse.ArgumentTypeError(f"want MODE=RATE,..., got {text!r}")
+    return {mode.strip(): float(rate) for mode, rate in pairs}
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
@@ -93,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     ablation.add_argument("--strategy", choices=("sweep", "search"), default="search")
     ablation.add_argument("--chain-start", action="store_true",
                           help="search: start each mode at the previous mode's capacity (modes weakest first)")
+    ablation.add_argument("--mode-start-rates", type=_mode_rates, default={},
+                          help="search: MODE=RATE,... a mode's first rate (over --chain-start for that mode)")
     ablation.add_argument("--restart-command", help="shell line with {mode}, used if the server cannot switch "
                                                     "modes over HTTP")
     ablation.add_argument("--ready-path", default="/health")
@@ -135,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     extra: dict = {}
 
     if args.command == "ablation":
-        config = AblationConfig(modes=args.modes, sweep=sweep, search=search, chain_start=args.chain_start)
+        config = AblationConfig(modes=args.modes, sweep=sweep, search=search, chain_start=args.chain_start,
+                                start_rates=args.mode_start_rates)
     else:
         config = sweep or search
 

@@ -65,12 +65,12 @@ def test_ablation_chain_start_uses_previous_capacity():
     load = LoadConfig(base_url="http://127.0.0.1:1", profile=make_profile("ours"), window_s=20)
     search = SearchConfig(load=load, start_rate=8, resolution=2, max_rate=64)
     chained = AblationConfig(modes=("a", "b"), search=search, chain_start=True)
-    assert _search_for(chained, {}) is search
+    assert _search_for(chained, {}, "a") is search
     done = {"a": SearchResult(window_s=20, capacity={"0.99": 10.0, "0.90": 14.0})}
-    assert _search_for(chained, done).start_rate == 14.0
+    assert _search_for(chained, done, "b").start_rate == 14.0
     done["a"].capacity["0.90"] = 0.0
-    assert _search_for(chained, done).start_rate == 2.0
-    assert _search_for(AblationConfig(modes=("a",), search=search), done).start_rate == 8
+    assert _search_for(chained, done, "b").start_rate == 2.0
+    assert _search_for(AblationConfig(modes=("a",), search=search), done, "a").start_rate == 8
 
 
 def test_ablation_chain_start_after_an_unsettled_search_uses_the_highest_rate_it_met():
@@ -91,8 +91,27 @@ def test_ablation_chain_start_after_an_unsettled_search_uses_the_highest_rate_it
     chained = AblationConfig(modes=("a", "b"), search=search, chain_start=True)
     unsettled = SearchResult(window_s=20, stop_reason="time budget", capacity={"0.99": 32.0},
                              summaries=[summary(40, 0.91), summary(16, 0.99), summary(32, 0.999), summary(80, 0.2)])
-    assert _search_for(chained, {"a": unsettled}).start_rate == 40
+    assert _search_for(chained, {"a": unsettled}, "b").start_rate == 40
     nothing_met = SearchResult(window_s=20, stop_reason="time budget", summaries=[summary(40, 0.5)])
-    assert _search_for(chained, {"a": nothing_met}) is search
+    assert _search_for(chained, {"a": nothing_met}, "b") is search
     with pytest.raises(ValueError):
         AblationConfig(modes=("a",))
+
+
+def test_a_mode_start_rate_overrides_the_chained_one():
+    """One server measures `vllm-stock` then `lanes`: each starts at its own known bracket, not lanes at stock's."""
+    from benchmarks.ablation import AblationConfig, _search_for
+    from benchmarks.capacity_search import SearchResult
+    from benchmarks.cli import build_parser
+
+    load = LoadConfig(base_url="http://127.0.0.1:1", profile=make_profile("ours"), window_s=20)
+    search = SearchConfig(load=load, start_rate=16, resolution=8, max_rate=256)
+    args = build_parser().parse_args(["ablation", "--modes", "a,b", "--mode-start-rates", "b=88"])
+    config = AblationConfig(modes=("a", "b"), search=search, chain_start=True, start_rates=args.mode_start_rates)
+    done = {"a": SearchResult(window_s=20, capacity={"0.99": 32.0, "0.90": 40.0})}
+    assert _search_for(config, {}, "a") is search
+    assert _search_for(config, done, "b").start_rate == 88
+    with pytest.raises(ValueError):
+        AblationConfig(modes=("a",), search=search, start_rates={"c": 8})
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ablation", "--mode-start-rates", "b88"])

@@ -16,6 +16,10 @@ def test_the_fastest_form_at_the_largest_batch_is_chosen():
     best, why = fastest_variant(result(**{"": 11.31, "_nhwc": 181.61, "_gemm": 7.7, "_nhwc_gemm": 4.9}))
     assert best == "graph+compile+nhwc+gemm" and why.startswith("batch 16: graph+compile 11.31 ms")
     assert fastest_variant({"rows": [{"batch": 16, "graph ms (whole GPU)": 16.2}]})[0] is None  # serve as configured
+    served = {"batch": 64, "graph+compile+dgemm ms (whole GPU)": 30.1, "graph+compile+nhwc+dgemm ms (whole GPU)": 27.4}
+    assert fastest_variant({"rows": [served]})[0] == "graph+compile+nhwc+dgemm"  # against the served default
+    nhwc_only = {"batch": 64, "graph+compile+nhwc+dgemm ms (whole GPU)": 27.4}
+    assert fastest_variant({"rows": [nhwc_only]})[0] is None  # nothing to be faster than
 
 
 def test_main_prints_the_config_to_serve(tmp_path, capsys):
