@@ -5,10 +5,11 @@
     python -m benchmarks.codec_layout_choice --split-from fig3.json '{"voxserve": {...}}'  # Figure 3's chosen split
 
 Of the compiled variants timed on the whole GPU at the largest batch (`graph+compile` with any of `nhwc`, `gemm`,
-`dgemm`), the fastest sets every conv switch in the config as it ran (`codec_channels_last`,
-`codec_gemm_low_rate_convs`, `codec_gemm_wide_dilated_convs`: on for its options, off for the others, so the server
-runs what was timed whatever the defaults); the reason goes to stderr. Session 6 timed channels-last 1.5x faster for
-one chunk but 16x slower for 16 (one cuDNN kernel), so a GPU session serves a form only where it measured faster."""
+`dgemm`, `rowsN`), the fastest sets every conv switch in the config as it ran (`codec_channels_last`,
+`codec_gemm_low_rate_convs`, `codec_gemm_wide_dilated_convs`: on for its options, off for the others;
+`codec_rows_per_call`: N, or 0; so the server runs what was timed whatever the defaults); the reason goes to stderr.
+Session 6 timed channels-last 1.5x faster for one chunk but 16x slower for 16 (one cuDNN kernel), session 11 1.5x
+faster for 16 but 13x slower for 64: a GPU session serves a form only where it measured faster."""
 
 from __future__ import annotations
 
@@ -20,12 +21,26 @@ OPTION_SWITCHES = {"nhwc": "codec_channels_last", "gemm": "codec_gemm_low_rate_c
                    "dgemm": "codec_gemm_wide_dilated_convs"}
 
 
-def switches(variant: str) -> dict[str, bool] | None:
-    """Every conv switch as `variant` ran, or None for a variant the server cannot run (uncompiled, other options)."""
+def switches(variant: str) -> dict[str, bool | int] | None:
+    """Every conv switch as `variant` ran (and `codec_rows_per_call`, 0 without a `rowsN` option), or None for a
+    variant the server cannot run (uncompiled, other options)."""
     options = variant.split("+")
-    if options[:2] != ["graph", "compile"] or not set(options[2:]) <= set(OPTION_SWITCHES):
+    try:
+        rows = rows_per_call(options)
+    except ValueError:
         return None
-    return {switch: option in options[2:] for option, switch in OPTION_SWITCHES.items()}
+    if options[:2] != ["graph", "compile"] or not set(options[2:]) - {f"rows{rows}"} <= set(OPTION_SWITCHES):
+        return None
+    return {**{switch: option in options[2:] for option, switch in OPTION_SWITCHES.items()},
+            "codec_rows_per_call": rows}
+
+
+def rows_per_call(options: list[str]) -> int:
+    """N of a variant's `rowsN` option (its batch decoded as calls of at most N rows), else 0 (one call)."""
+    rows = [o.removeprefix("rows") for o in options if o.startswith("rows")]
+    if len(rows) > 1 or (rows and not (rows[0].isdigit() and int(rows[0]) > 0)):
+        raise ValueError(f"one rowsN option with N >= 1, got {rows}")
+    return int(rows[0]) if rows else 0
 
 
 # the forms a choice is measured against: cuDNN's convs, and the server's default (the wide dilated convs as matmuls)

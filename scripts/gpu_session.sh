@@ -95,7 +95,12 @@ collect)
   tail -n 4 "$root"/gpu0/first/run/run.txt "$root"/gpu0/run/run.txt "$root"/gpu*/micro*/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv
   tar czf "$OUT/snapshot.tgz" --exclude='*.safetensors' -C "$root" .
-  # the servers' compile results, for the next session's machine (carry it as .gpu/compile_cache.bin)
-  [ -z "${VOXSERVE_COMPILE_CACHE:-}" ] || [ ! -e "$VOXSERVE_COMPILE_CACHE" ] || cp "$VOXSERVE_COMPILE_CACHE" "$OUT/"
+  # the servers' compile results, for the next session's machine (carry it as .gpu/compile_cache.bin), where the
+  # device tool can return it (16 MiB a file; session 11's, 56 MB, was left out)
+  if [ -n "${VOXSERVE_COMPILE_CACHE:-}" ] && [ -e "$VOXSERVE_COMPILE_CACHE" ]; then
+    size=$(stat -c %s "$VOXSERVE_COMPILE_CACHE")
+    if [ "$size" -le $(( 16 * 1024 * 1024 )) ]; then cp "$VOXSERVE_COMPILE_CACHE" "$OUT/"
+    else echo "compile cache not returned: $size bytes"; fi
+  fi
   ;;
 esac

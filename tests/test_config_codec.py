@@ -20,3 +20,11 @@ def test_codec_layout_switches_default_as_timed_and_parse():
 def test_a_codec_switch_must_be_a_boolean(key):
     with pytest.raises(ValueError, match=f"voxserve.{key} must be true or false"):
         VoxServeConfig.from_dict({key: "yes"})
+
+
+def test_codec_rows_per_call_is_a_non_negative_integer():
+    assert VoxServeConfig().codec_rows_per_call == 0  # the whole batch in one call
+    assert VoxServeConfig.from_dict({"codec_rows_per_call": 16}).codec_rows_per_call == 16
+    for bad in (-1, 1.5, True, "16"):
+        with pytest.raises(ValueError, match="voxserve.codec_rows_per_call must be a non-negative integer"):
+            VoxServeConfig.from_dict({"codec_rows_per_call": bad})

@@ -158,6 +158,10 @@ class VoxServeConfig:
     # H200, compiled graphs, 16 chunks of 10 frames: 11.24 -> 7.90 ms on the whole GPU, 20.67 -> 14.86 on 64 SMs; one
     # chunk 1.75 -> 1.69 ms (benchmarks/codec_step.py, results/h200/2026-12-01_session7).
     codec_gemm_wide_dilated_convs: bool = True
+    # Decode a codec batch as calls of at most this many chunks, one after another in the same graph (0: the whole
+    # batch in one call). For channels-last convs, which the H200 ran 1.5x faster than the served form at 16 chunks
+    # and 13x slower at 64 (results/h200/2026-12-01_session11): served only where a session times it faster.
+    codec_rows_per_call: int = 0
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -175,6 +179,9 @@ class VoxServeConfig:
                      "codec_gemm_wide_dilated_convs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
+        rows = self.codec_rows_per_call
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            raise ValueError(f"voxserve.codec_rows_per_call must be a non-negative integer, got {rows!r}")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):

@@ -18,6 +18,8 @@ def test_the_fastest_form_at_the_largest_batch_is_chosen():
     assert fastest_variant({"rows": [{"batch": 16, "graph ms (whole GPU)": 16.2}]})[0] is None  # serve as configured
     served = {"batch": 64, "graph+compile+dgemm ms (whole GPU)": 30.1, "graph+compile+nhwc+dgemm ms (whole GPU)": 27.4}
     assert fastest_variant({"rows": [served]})[0] == "graph+compile+nhwc+dgemm"  # against the served default
+    capped = {**served, "graph+compile+nhwc+dgemm+rows16 ms (whole GPU)": 21.0}  # session 11's 4 x 5.25 ms
+    assert fastest_variant({"rows": [capped]})[0] == "graph+compile+nhwc+dgemm+rows16"
     nhwc_only = {"batch": 64, "graph+compile+nhwc+dgemm ms (whole GPU)": 27.4}
     assert fastest_variant({"rows": [nhwc_only]})[0] is None  # nothing to be faster than
 
@@ -29,12 +31,14 @@ def test_main_prints_the_config_to_serve(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
                                                                 "codec_channels_last": False,
                                                                 "codec_gemm_low_rate_convs": True,
-                                                                "codec_gemm_wide_dilated_convs": False}}
+                                                                "codec_gemm_wide_dilated_convs": False,
+                                                                "codec_rows_per_call": 0}}
     main([str(tmp_path / "served.json"), CONFIG])  # every switch as timed, whatever the defaults
     assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
                                                                 "codec_channels_last": False,
                                                                 "codec_gemm_low_rate_convs": False,
-                                                                "codec_gemm_wide_dilated_convs": False}}
+                                                                "codec_gemm_wide_dilated_convs": False,
+                                                                "codec_rows_per_call": 0}}
     main([str(tmp_path / "missing.json"), CONFIG])  # a failed microbenchmark: serve as configured
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
 
@@ -62,7 +66,13 @@ def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, caps
 
 def test_a_variant_names_every_switch_it_ran_with():
     assert switches("graph+compile+nhwc+dgemm") == {"codec_channels_last": True, "codec_gemm_low_rate_convs": False,
-                                                    "codec_gemm_wide_dilated_convs": True}
+                                                    "codec_gemm_wide_dilated_convs": True, "codec_rows_per_call": 0}
     assert switches("graph") is None and switches("graph+compile+1x1mm") is None  # not a served form
     best, _ = fastest_variant(result(**{"": 11.24, "_dgemm": 7.90, "_1x1mm": 1.0}))  # session 7, and a non-form
     assert best == "graph+compile+dgemm"
+    assert switches("graph+compile+nhwc+dgemm+rows16") == {"codec_channels_last": True,
+                                                           "codec_gemm_low_rate_convs": False,
+                                                           "codec_gemm_wide_dilated_convs": True,
+                                                           "codec_rows_per_call": 16}
+    for unservable in ("graph+compile+rows0", "graph+compile+rows16+rows8", "graph+compile+rowsx", "graph+rows16"):
+        assert switches(unservable) is None

@@ -16,12 +16,15 @@ TINY = dict(latent_dim=32, codebook_dim=16, codebook_size=32, decoder_dim=32, hi
             vector_quantization_hidden_dimension=16)
 
 
+@pytest.mark.parametrize("rows_per_call", [0, 2], ids=["one-call", "calls-of-2-rows"])
 @torch.no_grad()
-def test_qwen3_codec_on_the_lanes_matches_its_full_decode():
+def test_qwen3_codec_on_the_lanes_matches_its_full_decode(rows_per_call):
+    """Also with batches split into calls of at most 2 rows (`rows_per_call`): 3 chunks and a padded bucket of 4 run
+    as two calls, each row's state its own."""
     torch.manual_seed(0)
     decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
     init_codec_decoder_weights(decoder, seed=0)
-    program = Qwen3CodecProgram(decoder)
+    program = Qwen3CodecProgram(decoder, rows_per_call=rows_per_call)
     assert isinstance(program, CodecProgram)
     assert (program.samples_per_frame, program.codes_per_frame) == (64, 16)
     frames = [3, 3, 3, 2]  # three full chunks and a short last one, per request

@@ -45,7 +45,8 @@ class SpeechRuntime:
         program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
                                     channels_last=config.codec_channels_last,
                                     gemm_low_rate_convs=config.codec_gemm_low_rate_convs,
-                                    gemm_wide_dilated_convs=config.codec_gemm_wide_dilated_convs)
+                                    gemm_wide_dilated_convs=config.codec_gemm_wide_dilated_convs,
+                                    rows_per_call=config.codec_rows_per_call)
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()

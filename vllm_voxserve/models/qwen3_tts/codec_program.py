@@ -15,10 +15,13 @@ class Qwen3CodecProgram:
     def __init__(self, decoder: CodecDecoder, state_dtype: torch.dtype = torch.float32,
                  output_sample_rate: int = 24000, compile: bool = False, dynamic_frames: bool = True,
                  channels_last: bool = False, gemm_low_rate_convs: bool = False,
-                 gemm_wide_dilated_convs: bool = False) -> None:
+                 gemm_wide_dilated_convs: bool = False, rows_per_call: int = 0) -> None:
         """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`).
         `gemm_low_rate_convs`: its convs before the upsampling (`low_rate_convs`) as matmuls (`layers.use_gemm`;
-        changes `decoder`). `gemm_wide_dilated_convs`: its wide dilated convs (`wide_dilated_convs`) so."""
+        changes `decoder`). `gemm_wide_dilated_convs`: its wide dilated convs (`wide_dilated_convs`) so.
+        `rows_per_call`: decode a larger batch as calls of at most this many rows, one after another (0: one call)."""
+        if rows_per_call < 0:
+            raise ValueError(f"rows_per_call must be >= 0, got {rows_per_call}")
         if channels_last:
             use_channels_last(decoder)
         if gemm_low_rate_convs:
@@ -34,6 +37,9 @@ class Qwen3CodecProgram:
         self._compiled = torch.compile(self._decode_and_pack) if compile else None
         self._dynamic_dims = ((0, 2) if dynamic_frames else (0,), (0,), (0,))  # codes [B, Q, F], position, block
         self.state_dtype = state_dtype
+        # The H200 times channels-last convs 1.5x faster than the plain ones at 16 chunks and 13x slower at 64 (one
+        # cuDNN kernel; results/h200/2026-12-01_session11): capped rows keep the kernels of the fast batch.
+        self.rows_per_call = rows_per_call
         self.samples_per_frame = decoder.config.samples_per_frame
         self.codes_per_frame = decoder.config.num_quantizers
         self.frame_rate_hz = output_sample_rate / self.samples_per_frame
@@ -42,7 +48,13 @@ class Qwen3CodecProgram:
         return CodecStatePool(self.decoder.config, num_slots, self.state_dtype, device, self.layout)
 
     def decode(self, codes: torch.Tensor, slots: torch.Tensor, pool: CodecStatePool) -> torch.Tensor:
-        return decode_chunk(self.decoder, codes, slots, pool, self._step if self._compiled else None).float()
+        step = self._step if self._compiled else None
+        rows = self.rows_per_call or codes.shape[0]
+        if codes.shape[0] <= rows:
+            return decode_chunk(self.decoder, codes, slots, pool, step).float()
+        # rows are independent (each reads and writes only its own slot): the calls may split the batch anywhere
+        return torch.cat([decode_chunk(self.decoder, codes[i:i + rows], slots[i:i + rows], pool, step)
+                          for i in range(0, codes.shape[0], rows)]).float()
 
     def _decode_and_pack(self, codes: torch.Tensor, position: torch.Tensor, block: torch.Tensor):
         return decode_and_pack(self.decoder, self.layout, codes, position, block)
