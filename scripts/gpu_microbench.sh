@@ -24,7 +24,7 @@ fi
 if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (30-55 s): six here
   timeout -k 5 "${CODEC_T:-480}" python3 -m benchmarks.codec_step --profile-batch "${CODEC_PROFILE:-16}" \
     --variants "${CODEC_VARIANTS:-graph,graph+compile,graph+compile+dgemm,graph+compile+nhwc+dgemm}" \
-    --batches "${CODEC_BATCHES:-1,16}" --frames 10 --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
+    --batches "${CODEC_BATCHES:-1,4,16}" --frames "${CODEC_FRAMES:-5,10}" --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,codec_old,* ]]; then  # the same codec measured by an older tree (OLD_TREE: `git archive REV

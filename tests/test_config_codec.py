@@ -22,9 +22,11 @@ def test_a_codec_switch_must_be_a_boolean(key):
         VoxServeConfig.from_dict({key: "yes"})
 
 
-def test_codec_rows_per_call_is_a_non_negative_integer():
-    assert VoxServeConfig().codec_rows_per_call == 0  # the whole batch in one call
-    assert VoxServeConfig.from_dict({"codec_rows_per_call": 16}).codec_rows_per_call == 16
-    for bad in (-1, 1.5, True, "16"):
-        with pytest.raises(ValueError, match="voxserve.codec_rows_per_call must be a non-negative integer"):
-            VoxServeConfig.from_dict({"codec_rows_per_call": bad})
+@pytest.mark.parametrize(("key", "default", "least"), [("codec_rows_per_call", 0, 0),
+                                                        ("codec_gemm_dilated_min_channels", 512, 1)])
+def test_codec_integer_settings_parse_and_are_checked(key, default, least):
+    assert getattr(VoxServeConfig(), key) == default
+    assert getattr(VoxServeConfig.from_dict({key: 16}), key) == 16
+    for bad in (least - 1, 1.5, True, "16"):
+        with pytest.raises(ValueError, match=f"voxserve.{key} must be an integer >= {least}"):
+            VoxServeConfig.from_dict({key: bad})

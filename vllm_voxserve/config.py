@@ -158,6 +158,11 @@ class VoxServeConfig:
     # H200, compiled graphs, 16 chunks of 10 frames: 11.24 -> 7.90 ms on the whole GPU, 20.67 -> 14.86 on 64 SMs; one
     # chunk 1.75 -> 1.69 ms (benchmarks/codec_step.py, results/h200/2026-12-01_session7).
     codec_gemm_wide_dilated_convs: bool = True
+    # The fewest channels of a dilated conv that codec_gemm_wide_dilated_convs makes a matmul: 512 takes the two
+    # 768-channel ones. With channels-last convs cuDNN ran the 192-channel dilation-9 conv with a direct kernel at some
+    # lengths, 14 ms of a 15.5 ms batch of 4 chunks; 1 (every dilated conv) had no such cliff at any timed shape
+    # (results/h200/2026-12-01_session12).
+    codec_gemm_dilated_min_channels: int = 512
     # Decode a codec batch as calls of at most this many chunks, one after another in the same graph (0: the whole
     # batch in one call). For channels-last convs, which the H200 ran 1.5x faster than the served form at 16 chunks
     # and 13x slower at 64 (results/h200/2026-12-01_session11): served only where a session times it faster.
@@ -179,9 +184,10 @@ class VoxServeConfig:
                      "codec_gemm_wide_dilated_convs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
-        rows = self.codec_rows_per_call
-        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
-            raise ValueError(f"voxserve.codec_rows_per_call must be a non-negative integer, got {rows!r}")
+        for name, least in (("codec_rows_per_call", 0), ("codec_gemm_dilated_min_channels", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"voxserve.{name} must be an integer >= {least}, got {value!r}")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):

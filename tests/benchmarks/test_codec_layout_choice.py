@@ -6,39 +6,86 @@ CONFIG = '{"voxserve":{"codec_dtype":"bfloat16"}}'
 
 
 def result(**at_16) -> dict:
-    big = {"batch": 16, **{f"graph+compile{v.replace('_', '+')} ms (whole GPU)": t for v, t in at_16.items()}}
-    return {"rows": [{"batch": 1, "graph+compile ms (whole GPU)": 1.76, "graph+compile+nhwc ms (whole GPU)": 1.19},
-                     big]}
+    """One shape (16 chunks, whole GPU) per variant: graph+compile{_option...} -> ms."""
+    return {"rows": [{"batch": 16, **{f"graph+compile{v.replace('_', '+')} ms (whole GPU)": t
+                                      for v, t in at_16.items()}}]}
 
 
-def test_the_fastest_form_at_the_largest_batch_is_chosen():
+def timed(variant_times: dict[str, dict[tuple[int, int, str], float]]) -> dict:
+    """codec_step.json rows from variant -> {(batch, frames, place): ms}."""
+    rows: dict[tuple[int, int], dict] = {}
+    for variant, by_shape in variant_times.items():
+        for (batch, frames, place), t in by_shape.items():
+            rows.setdefault((batch, frames), {"batch": batch, "frames": frames})[f"{variant} ms ({place})"] = t
+    return {"rows": list(rows.values())}
+
+
+# Session 12's H200 timings (ms, CUDA graph replays, whole GPU / 64 SMs), benchmarks/results/h200/2026-12-01_session12
+SERVED = "graph+compile+dgemm"
+CLIFF = "graph+compile+nhwc+dgemm+rows16"  # channels-last, the 192-channel dilated conv left to cuDNN
+NO_CLIFF = "graph+compile+nhwc+adgemm+rows16"  # every dilated conv a matmul
+SESSION12 = {
+    SERVED: {(4, 10, "whole GPU"): 4.34, (4, 10, "64 SMs"): 7.45, (16, 10, "whole GPU"): 8.15,
+             (16, 10, "64 SMs"): 15.38, (64, 10, "whole GPU"): 34.47, (64, 10, "64 SMs"): 67.58},
+    CLIFF: {(4, 10, "whole GPU"): 56.69, (4, 10, "64 SMs"): 114.22, (16, 10, "whole GPU"): 5.29,
+            (16, 10, "64 SMs"): 9.66, (64, 10, "whole GPU"): 20.51, (64, 10, "64 SMs"): 37.25},
+    NO_CLIFF: {(4, 10, "whole GPU"): 2.56, (4, 10, "64 SMs"): 4.21, (16, 10, "whole GPU"): 7.47,
+               (16, 10, "64 SMs"): 13.76, (64, 10, "whole GPU"): 29.88, (64, 10, "64 SMs"): 55.11},
+}
+
+
+def test_the_form_fastest_over_every_shape_is_chosen():
     assert fastest_variant(result(**{"": 11.31, "_nhwc": 181.61}))[0] == "graph+compile"  # session 6
     best, why = fastest_variant(result(**{"": 11.31, "_nhwc": 181.61, "_gemm": 7.7, "_nhwc_gemm": 4.9}))
-    assert best == "graph+compile+nhwc+gemm" and why.startswith("batch 16: graph+compile 11.31 ms")
+    assert best == "graph+compile+nhwc+gemm" and why.startswith("total over 1 shapes: graph+compile 11.3 ms")
+    assert "slower than a baseline: graph+compile+nhwc 181.61 ms at 16 x None frames (whole GPU)" in why
     assert fastest_variant({"rows": [{"batch": 16, "graph ms (whole GPU)": 16.2}]})[0] is None  # serve as configured
-    served = {"batch": 64, "graph+compile+dgemm ms (whole GPU)": 30.1, "graph+compile+nhwc+dgemm ms (whole GPU)": 27.4}
-    assert fastest_variant({"rows": [served]})[0] == "graph+compile+nhwc+dgemm"  # against the served default
-    capped = {**served, "graph+compile+nhwc+dgemm+rows16 ms (whole GPU)": 21.0}  # session 11's 4 x 5.25 ms
-    assert fastest_variant({"rows": [capped]})[0] == "graph+compile+nhwc+dgemm+rows16"
     nhwc_only = {"batch": 64, "graph+compile+nhwc+dgemm ms (whole GPU)": 27.4}
     assert fastest_variant({"rows": [nhwc_only]})[0] is None  # nothing to be faster than
+
+
+def test_a_form_slower_at_any_shape_is_not_served():
+    """Session 12 served CLIFF, chosen at 64 chunks alone (20.5 against 34.5 ms), and its urgent lane and small
+    background batches ran 13x slower than before: over every shape NO_CLIFF wins."""
+    both = timed(SESSION12)
+    best, why = fastest_variant(both)
+    assert best == NO_CLIFF, why
+    assert f"{CLIFF} 114.22 ms at 4 x 10 frames (64 SMs)" in why
+    at_64 = timed({v: {k: t for k, t in by.items() if k[0] == 64} for v, by in SESSION12.items()})
+    assert fastest_variant(at_64)[0] == CLIFF  # where only 64 chunks were timed, the cliff cannot be seen
+    untimed_at_4 = timed({SERVED: SESSION12[SERVED], CLIFF: SESSION12[CLIFF],
+                          NO_CLIFF: {k: t for k, t in SESSION12[NO_CLIFF].items() if k[0] != 4}})
+    assert fastest_variant(untimed_at_4)[0] == SERVED  # a form not timed at every shape is not served
+    noisy = timed({SERVED: {(1, 5, "whole GPU"): 1.72, (16, 10, "whole GPU"): 8.15},
+                   "graph+compile+nhwc": {(1, 5, "whole GPU"): 1.78, (16, 10, "whole GPU"): 5.30}})
+    assert fastest_variant(noisy)[0] == "graph+compile+nhwc"  # 3 % slower at one shape: within the tolerance
 
 
 def test_main_prints_the_config_to_serve(tmp_path, capsys):
     (tmp_path / "gemm.json").write_text(json.dumps(result(**{"": 11.31, "_gemm": 7.7, "_nhwc": 181.6})))
     (tmp_path / "served.json").write_text(json.dumps(result(**{"": 11.31, "_nhwc": 181.61})))
+    (tmp_path / "session12.json").write_text(json.dumps(timed(SESSION12)))
     main([str(tmp_path / "gemm.json"), CONFIG])
     assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
                                                                 "codec_channels_last": False,
                                                                 "codec_gemm_low_rate_convs": True,
                                                                 "codec_gemm_wide_dilated_convs": False,
+                                                                "codec_gemm_dilated_min_channels": 512,
                                                                 "codec_rows_per_call": 0}}
     main([str(tmp_path / "served.json"), CONFIG])  # every switch as timed, whatever the defaults
     assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
                                                                 "codec_channels_last": False,
                                                                 "codec_gemm_low_rate_convs": False,
                                                                 "codec_gemm_wide_dilated_convs": False,
+                                                                "codec_gemm_dilated_min_channels": 512,
                                                                 "codec_rows_per_call": 0}}
+    main([str(tmp_path / "session12.json"), CONFIG])
+    assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
+                                                                "codec_channels_last": True,
+                                                                "codec_gemm_low_rate_convs": False,
+                                                                "codec_gemm_wide_dilated_convs": True,
+                                                                "codec_gemm_dilated_min_channels": 1,
+                                                                "codec_rows_per_call": 16}}
     main([str(tmp_path / "missing.json"), CONFIG])  # a failed microbenchmark: serve as configured
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
 
@@ -65,14 +112,16 @@ def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, caps
 
 
 def test_a_variant_names_every_switch_it_ran_with():
-    assert switches("graph+compile+nhwc+dgemm") == {"codec_channels_last": True, "codec_gemm_low_rate_convs": False,
-                                                    "codec_gemm_wide_dilated_convs": True, "codec_rows_per_call": 0}
+    def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0):
+        return {"codec_channels_last": nhwc, "codec_gemm_low_rate_convs": gemm, "codec_gemm_wide_dilated_convs": dilated,
+                "codec_gemm_dilated_min_channels": min_channels, "codec_rows_per_call": rows}
+
+    assert switches("graph+compile+nhwc+dgemm") == form(nhwc=True)
+    assert switches("graph+compile") == form(dilated=False)
+    assert switches("graph+compile+nhwc+dgemm+rows16") == form(nhwc=True, rows=16)
+    assert switches("graph+compile+nhwc+dgemm192+rows16") == form(nhwc=True, min_channels=192, rows=16)
+    assert switches("graph+compile+gemm+adgemm") == form(gemm=True, min_channels=1)
     assert switches("graph") is None and switches("graph+compile+1x1mm") is None  # not a served form
-    best, _ = fastest_variant(result(**{"": 11.24, "_dgemm": 7.90, "_1x1mm": 1.0}))  # session 7, and a non-form
-    assert best == "graph+compile+dgemm"
-    assert switches("graph+compile+nhwc+dgemm+rows16") == {"codec_channels_last": True,
-                                                           "codec_gemm_low_rate_convs": False,
-                                                           "codec_gemm_wide_dilated_convs": True,
-                                                           "codec_rows_per_call": 16}
-    for unservable in ("graph+compile+rows0", "graph+compile+rows16+rows8", "graph+compile+rowsx", "graph+rows16"):
-        assert switches(unservable) is None
+    for unservable in ("graph+compile+rows0", "graph+compile+rows16+rows8", "graph+compile+rowsx", "graph+rows16",
+                       "graph+compile+dgemm+adgemm", "graph+compile+dgemm0", "graph+compile+dgemmx"):
+        assert switches(unservable) is None, unservable

@@ -203,7 +203,8 @@ def test_served_codec_settings_capture_on_the_codec_partition():
 def test_channels_last_convs_decode_as_the_plain_ones():
     """`channels_last=True` (2-D convs over channels-last weights, layers.use_channels_last): the same audio and state,
     eager and compiled (CPU inductor here), also with the dilated convs then made matmuls as the served default does
-    (`nhwc+dgemm`, the form the H200 has not timed yet; this small decoder's dilated convs stand in for the wide ones)."""
+    (`nhwc+dgemm`; this small decoder's dilated convs stand in for the wide ones), and with every dilated conv a matmul
+    and rows in calls of 2 (`nhwc+adgemm+rows`, the H200 form without cuDNN's cliffs, session 12)."""
     import copy
 
     from vllm_voxserve.models.qwen3_tts.codec.layers import use_channels_last, use_gemm
@@ -216,8 +217,12 @@ def test_channels_last_convs_decode_as_the_plain_ones():
     assert dilated
     use_gemm(dilated)
     outputs = {}
+    # and as the H200 form without cliffs runs it: every dilated conv a matmul, batches as calls of 2 rows
+    adgemm = {"channels_last": True, "gemm_wide_dilated_convs": True, "gemm_dilated_min_channels": 1,
+              "rows_per_call": 2}
     for name, kwargs in (("plain", {}), ("nhwc", {"channels_last": True}),
-                         ("nhwc+compile", {"channels_last": True, "compile": True}), ("nhwc+dgemm", {})):
+                         ("nhwc+compile", {"channels_last": True, "compile": True}), ("nhwc+dgemm", {}),
+                         ("nhwc+adgemm+rows2", adgemm)):
         program = Qwen3CodecProgram(nhwc_dgemm if name == "nhwc+dgemm" else copy.deepcopy(decoder), **kwargs)
         pool = program.make_state_pool(4, torch.device("cpu"))
         g = torch.Generator().manual_seed(0)
@@ -226,7 +231,9 @@ def test_channels_last_convs_decode_as_the_plain_ones():
         if name == "nhwc":
             conv = program.decoder.decoder[0].conv
             assert conv.weight.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
-    for name in ("nhwc", "nhwc+compile", "nhwc+dgemm"):
+        if name == "nhwc+adgemm+rows2":
+            assert all(m.as_gemm for m in program.decoder.wide_dilated_convs(min_channels=1))
+    for name in ("nhwc", "nhwc+compile", "nhwc+dgemm", "nhwc+adgemm+rows2"):
         for plain, other in zip(outputs["plain"], outputs[name], strict=True):
             torch.testing.assert_close(other, plain, atol=1e-4, rtol=0)
 

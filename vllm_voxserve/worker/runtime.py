@@ -46,7 +46,8 @@ class SpeechRuntime:
                                     channels_last=config.codec_channels_last,
                                     gemm_low_rate_convs=config.codec_gemm_low_rate_convs,
                                     gemm_wide_dilated_convs=config.codec_gemm_wide_dilated_convs,
-                                    rows_per_call=config.codec_rows_per_call)
+                                    rows_per_call=config.codec_rows_per_call,
+                                    gemm_dilated_min_channels=config.codec_gemm_dilated_min_channels)
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()

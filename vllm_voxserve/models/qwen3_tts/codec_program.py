@@ -15,10 +15,12 @@ class Qwen3CodecProgram:
     def __init__(self, decoder: CodecDecoder, state_dtype: torch.dtype = torch.float32,
                  output_sample_rate: int = 24000, compile: bool = False, dynamic_frames: bool = True,
                  channels_last: bool = False, gemm_low_rate_convs: bool = False,
-                 gemm_wide_dilated_convs: bool = False, rows_per_call: int = 0) -> None:
+                 gemm_wide_dilated_convs: bool = False, rows_per_call: int = 0,
+                 gemm_dilated_min_channels: int = 512) -> None:
         """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`).
         `gemm_low_rate_convs`: its convs before the upsampling (`low_rate_convs`) as matmuls (`layers.use_gemm`;
-        changes `decoder`). `gemm_wide_dilated_convs`: its wide dilated convs (`wide_dilated_convs`) so.
+        changes `decoder`). `gemm_wide_dilated_convs`: its dilated convs of at least
+        `gemm_dilated_min_channels` channels (`wide_dilated_convs`) so.
         `rows_per_call`: decode a larger batch as calls of at most this many rows, one after another (0: one call)."""
         if rows_per_call < 0:
             raise ValueError(f"rows_per_call must be >= 0, got {rows_per_call}")
@@ -27,7 +29,7 @@ class Qwen3CodecProgram:
         if gemm_low_rate_convs:
             use_gemm(decoder.low_rate_convs())
         if gemm_wide_dilated_convs:
-            use_gemm(decoder.wide_dilated_convs())
+            use_gemm(decoder.wide_dilated_convs(gemm_dilated_min_channels))
         self.decoder = decoder
         # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
         # its new state. Compiled on first use with the batch size and (dynamic_frames) the chunk length dynamic: one
