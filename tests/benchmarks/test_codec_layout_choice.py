@@ -20,6 +20,12 @@ def timed(variant_times: dict[str, dict[tuple[int, int, str], float]]) -> dict:
     return {"rows": list(rows.values())}
 
 
+def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0) -> dict:
+    """The switches a served codec form sets (defaults: the served form, `graph+compile+dgemm`)."""
+    return {"codec_channels_last": nhwc, "codec_gemm_low_rate_convs": gemm, "codec_gemm_wide_dilated_convs": dilated,
+            "codec_gemm_dilated_min_channels": min_channels, "codec_rows_per_call": rows}
+
+
 # Session 12's H200 timings (ms, CUDA graph replays, whole GPU / 64 SMs), benchmarks/results/h200/2026-12-01_session12
 SERVED = "graph+compile+dgemm"
 CLIFF = "graph+compile+nhwc+dgemm+rows16"  # channels-last, the 192-channel dilated conv left to cuDNN
@@ -67,25 +73,12 @@ def test_main_prints_the_config_to_serve(tmp_path, capsys):
     (tmp_path / "session12.json").write_text(json.dumps(timed(SESSION12)))
     main([str(tmp_path / "gemm.json"), CONFIG])
     assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
-                                                                "codec_channels_last": False,
-                                                                "codec_gemm_low_rate_convs": True,
-                                                                "codec_gemm_wide_dilated_convs": False,
-                                                                "codec_gemm_dilated_min_channels": 512,
-                                                                "codec_rows_per_call": 0}}
+                                                                **form(gemm=True, dilated=False)}}
     main([str(tmp_path / "served.json"), CONFIG])  # every switch as timed, whatever the defaults
-    assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
-                                                                "codec_channels_last": False,
-                                                                "codec_gemm_low_rate_convs": False,
-                                                                "codec_gemm_wide_dilated_convs": False,
-                                                                "codec_gemm_dilated_min_channels": 512,
-                                                                "codec_rows_per_call": 0}}
+    assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16", **form(dilated=False)}}
     main([str(tmp_path / "session12.json"), CONFIG])
     assert json.loads(capsys.readouterr().out) == {"voxserve": {"codec_dtype": "bfloat16",
-                                                                "codec_channels_last": True,
-                                                                "codec_gemm_low_rate_convs": False,
-                                                                "codec_gemm_wide_dilated_convs": True,
-                                                                "codec_gemm_dilated_min_channels": 1,
-                                                                "codec_rows_per_call": 16}}
+                                                                **form(nhwc=True, min_channels=1, rows=16)}}
     main([str(tmp_path / "missing.json"), CONFIG])  # a failed microbenchmark: serve as configured
     assert json.loads(capsys.readouterr().out) == json.loads(CONFIG)
 
@@ -112,10 +105,6 @@ def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, caps
 
 
 def test_a_variant_names_every_switch_it_ran_with():
-    def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0):
-        return {"codec_channels_last": nhwc, "codec_gemm_low_rate_convs": gemm, "codec_gemm_wide_dilated_convs": dilated,
-                "codec_gemm_dilated_min_channels": min_channels, "codec_rows_per_call": rows}
-
     assert switches("graph+compile+nhwc+dgemm") == form(nhwc=True)
     assert switches("graph+compile") == form(dilated=False)
     assert switches("graph+compile+nhwc+dgemm+rows16") == form(nhwc=True, rows=16)
