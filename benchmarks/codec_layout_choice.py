@@ -22,6 +22,9 @@ import sys
 OPTION_SWITCHES = {"nhwc": "codec_channels_last", "gemm": "codec_gemm_low_rate_convs",
                    "dgemm": "codec_gemm_wide_dilated_convs"}
 
+# the codec's integer settings a form sets (both `benchmarks.fig3.measure` flags too)
+INTEGER_SETTINGS = ("codec_gemm_dilated_min_channels", "codec_rows_per_call")
+
 
 def switches(variant: str) -> dict[str, bool | int] | None:
     """Every conv switch as `variant` ran (`codec_gemm_dilated_min_channels` from `dgemmN` / `adgemm`, 512 otherwise;
@@ -107,8 +110,10 @@ def fig3_flags(config: dict) -> str:
     """`benchmarks.fig3.measure`'s flags (named as the switches) for the conv forms a served config sets; the
     others stay as served."""
     voxserve = config.get("voxserve", {})
-    return " ".join(("--" if voxserve[key] else "--no-") + key.replace("_", "-")
-                    for key in OPTION_SWITCHES.values() if key in voxserve)
+    flags = [("--" if voxserve[key] else "--no-") + key.replace("_", "-")
+             for key in OPTION_SWITCHES.values() if key in voxserve]
+    flags += [f"--{key.replace('_', '-')} {voxserve[key]}" for key in INTEGER_SETTINGS if key in voxserve]
+    return " ".join(flags)
 
 
 def split_from_fig3(fig3: dict, config: dict) -> tuple[dict, str]:

@@ -45,7 +45,7 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
 
 
 def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, gemm_low_rate_convs: bool = False,
-                gemm_wide_dilated_convs: bool = False):
+                gemm_wide_dilated_convs: bool = False, gemm_dilated_min_channels: int = 512, rows_per_call: int = 0):
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
     from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -54,7 +54,8 @@ def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, 
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile, channels_last=channels_last,
-                             gemm_low_rate_convs=gemm_low_rate_convs, gemm_wide_dilated_convs=gemm_wide_dilated_convs)
+                             gemm_low_rate_convs=gemm_low_rate_convs, gemm_wide_dilated_convs=gemm_wide_dilated_convs,
+                             gemm_dilated_min_channels=gemm_dilated_min_channels, rows_per_call=rows_per_call)
 
 
 def main() -> None:
@@ -73,6 +74,10 @@ def main() -> None:
                     default=served.codec_gemm_low_rate_convs, help="the codec's convs before the upsampling as matmuls")
     ap.add_argument("--codec-gemm-wide-dilated-convs", action=argparse.BooleanOptionalAction,
                     default=served.codec_gemm_wide_dilated_convs, help="the codec's wide dilated convs as matmuls")
+    ap.add_argument("--codec-gemm-dilated-min-channels", type=int, default=served.codec_gemm_dilated_min_channels,
+                    help="the fewest channels of a dilated conv made a matmul by the previous switch")
+    ap.add_argument("--codec-rows-per-call", type=int, default=served.codec_rows_per_call,
+                    help="decode a codec batch as calls of at most this many chunks (0: one call)")
     ap.add_argument("--codec-headroom", type=float, default=CODEC_HEADROOM,
                     help="codec frames per backbone frame a split must measure to keep up (split_chooser)")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
@@ -83,7 +88,9 @@ def main() -> None:
     backbone, codec = backbone_step_factory(context=args.context), build_codec(dtype, not args.no_codec_compile,
                                                                               args.codec_channels_last,
                                                                               args.codec_gemm_low_rate_convs,
-                                                                              args.codec_gemm_wide_dilated_convs)
+                                                                              args.codec_gemm_wide_dilated_convs,
+                                                                              args.codec_gemm_dilated_min_channels,
+                                                                              args.codec_rows_per_call)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()

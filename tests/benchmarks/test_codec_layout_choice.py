@@ -90,6 +90,9 @@ def test_fig3_runs_the_forms_the_server_runs(capsys):
     main(["--fig3-flags", json.dumps({"voxserve": {"codec_gemm_low_rate_convs": True,
                                                    "codec_gemm_wide_dilated_convs": False}})])
     assert capsys.readouterr().out.strip() == "--codec-gemm-low-rate-convs --no-codec-gemm-wide-dilated-convs"
+    adgemm = {"voxserve": form(nhwc=True, min_channels=1, rows=16)}  # Figure 3 times the form served, cliffs fenced
+    assert fig3_flags(adgemm) == ("--codec-channels-last --no-codec-gemm-low-rate-convs --codec-gemm-wide-dilated-convs "
+                                  "--codec-gemm-dilated-min-channels 1 --codec-rows-per-call 16")
 
 
 def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, capsys):
