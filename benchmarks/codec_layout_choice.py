@@ -18,18 +18,22 @@ from __future__ import annotations
 import json
 import sys
 
+from vllm_voxserve.config import VoxServeConfig
+
 # codec_step's variant options (benchmarks/codec_step.make_program) and the config switch each one is
 OPTION_SWITCHES = {"nhwc": "codec_channels_last", "gemm": "codec_gemm_low_rate_convs",
                    "dgemm": "codec_gemm_wide_dilated_convs"}
 
+# what `dgemm` alone makes matmuls of: the served config's dilated convs (the wide ones)
+WIDE_DILATED_MIN_CHANNELS = VoxServeConfig().codec_gemm_dilated_min_channels
 # the codec's integer settings a form sets (both `benchmarks.fig3.measure` flags too)
 INTEGER_SETTINGS = ("codec_gemm_dilated_min_channels", "codec_rows_per_call")
 
 
 def switches(variant: str) -> dict[str, bool | int] | None:
-    """Every conv switch as `variant` ran (`codec_gemm_dilated_min_channels` from `dgemmN` / `adgemm`, 512 otherwise;
-    `codec_rows_per_call`, 0 without a `rowsN` option), or None for a variant the server cannot run (uncompiled,
-    other options)."""
+    """Every conv switch as `variant` ran (`codec_gemm_dilated_min_channels` from `dgemmN` / `adgemm`, the served
+    number otherwise; `codec_rows_per_call`, 0 without a `rowsN` option), or None for a variant the server cannot run
+    (uncompiled, other options)."""
     options = variant.split("+")
     try:
         rows, dilated = rows_per_call(options), dilated_min_channels(options)
@@ -39,8 +43,8 @@ def switches(variant: str) -> dict[str, bool | int] | None:
     if options[:2] != ["graph", "compile"] or not others <= {"nhwc", "gemm"}:
         return None
     return {"codec_channels_last": "nhwc" in options, "codec_gemm_low_rate_convs": "gemm" in options,
-            "codec_gemm_wide_dilated_convs": dilated > 0, "codec_gemm_dilated_min_channels": dilated or 512,
-            "codec_rows_per_call": rows}
+            "codec_gemm_wide_dilated_convs": dilated > 0,
+            "codec_gemm_dilated_min_channels": dilated or WIDE_DILATED_MIN_CHANNELS, "codec_rows_per_call": rows}
 
 
 def rows_per_call(options: list[str]) -> int:
@@ -56,9 +60,9 @@ def _dilated_options(options: list[str]) -> list[str]:
 
 
 def dilated_min_channels(options: list[str]) -> int:
-    """The fewest channels of a dilated conv run as a matmul: 512 for `dgemm` (the wide ones), N for `dgemmN`, 1 for
-    `adgemm` (all); 0 without any of them (cuDNN's convs)."""
-    found = [1 if o == "adgemm" else int(o[5:] or 512) for o in _dilated_options(options)]
+    """The fewest channels of a dilated conv run as a matmul: the served number for `dgemm` (the wide ones), N for
+    `dgemmN`, 1 for `adgemm` (all); 0 without any of them (cuDNN's convs)."""
+    found = [1 if o == "adgemm" else int(o[5:] or WIDE_DILATED_MIN_CHANNELS) for o in _dilated_options(options)]
     if len(found) > 1 or (found and found[0] < 1):
         raise ValueError(f"one dgemm, dgemmN (N >= 1) or adgemm option, got {options}")
     return found[0] if found else 0
@@ -94,11 +98,12 @@ def fastest_variant(result: dict) -> tuple[str | None, str]:
             slower[variant] = f"{variant} {by_shape[worst]:.2f} ms at {_shape(worst)}"
         else:
             totals[variant] = sum(by_shape[sh] for sh in shapes)
-    best = min(totals, key=totals.get)
     why = f"total over {len(shapes)} shapes: " + ", ".join(f"{v} {t:.1f} ms" for v, t in totals.items())
     if slower:
         why += "; slower than a baseline: " + ", ".join(slower.values())
-    return best, why
+    if not totals:  # e.g. each baseline timed at shapes the other was not: nothing was timed everywhere
+        return None, "no form was timed at every shape and never slower; " + why
+    return min(totals, key=totals.get), why
 
 
 def _shape(shape: tuple) -> str:

@@ -11,8 +11,9 @@ made dynamic; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutio
 (`conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the convs
 channels-last (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the convs before the upsampling (the two at the
 frame rate and the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`), `+dgemm` the wide
-dilated convs (`gemm_wide_dilated_convs=True`), `+dgemmN` those of at least N channels (`gemm_dilated_min_channels=N`), `+adgemm` every dilated conv; `+rows16` decodes the batch as calls of at most 16 rows, one after
-another in the one graph (`rows_per_call=16`). cuDNN picks its convolution algorithms by heuristics, as in
+dilated convs (`gemm_wide_dilated_convs=True`), `+dgemmN` those of at least N channels (`gemm_dilated_min_channels=N`),
+`+adgemm` every dilated conv; `+rows16` decodes the batch as calls of at most 16 rows, one after another in the one
+graph (`rows_per_call=16`). cuDNN picks its convolution algorithms by heuristics, as in
 the server (its timed search was faster on the whole GPU but broke the codec partition's capture at served batch
 sizes: results/h200/2026-11-30_session5).
 """
@@ -28,7 +29,7 @@ import time
 import torch
 
 from benchmarks.code_predictor_step import profile_kernels
-from benchmarks.codec_layout_choice import dilated_min_channels, rows_per_call
+from benchmarks.codec_layout_choice import WIDE_DILATED_MIN_CHANNELS, dilated_min_channels, rows_per_call
 from benchmarks.fig3.measure import graph_ms
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
@@ -135,7 +136,7 @@ def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
                              compile=compiled, dynamic_frames="static-frames" not in options,
                              channels_last="nhwc" in options, gemm_low_rate_convs="gemm" in options,
                              gemm_wide_dilated_convs=dilated_min > 0, rows_per_call=rows,
-                             gemm_dilated_min_channels=dilated_min or 512)
+                             gemm_dilated_min_channels=dilated_min or WIDE_DILATED_MIN_CHANNELS)
 
 
 def _inductor_settings(variant: str):
