@@ -4,10 +4,10 @@
     python -m benchmarks.codec_layout_choice --fig3-flags '{"voxserve": {...}}'      # the same forms for fig3.measure
     python -m benchmarks.codec_layout_choice --split-from fig3.json '{"voxserve": {...}}'  # Figure 3's chosen split
 
-Of the compiled variants (`graph+compile` with any of `nhwc`, `gemm`, `dgemm`, `dgemmN`, `adgemm`, `rowsN`), the
+Of the compiled variants (`graph+compile` with any of `nhwc`, `gemm`, `dgemm`, `dgemmN`, `adgemm`, `tconv`, `rowsN`), the
 one with the least total time over every timed shape, among those no slower than the baselines at any shape (within
 TOLERANCE), sets every conv switch in the config as it ran (`codec_channels_last`, `codec_gemm_low_rate_convs`,
-`codec_gemm_wide_dilated_convs`: on for its options, off for the others; `codec_gemm_dilated_min_channels`,
+`codec_gemm_wide_dilated_convs`, `codec_conv_kernels`: on for its options, off for the others; `codec_gemm_dilated_min_channels`,
 `codec_rows_per_call`: its N, or the defaults; so the server runs what was timed whatever the defaults); the reason
 goes to stderr. Channels-last convs have cliffs at some shapes (one cuDNN kernel for one dilated conv: 1.5x faster
 at 16 chunks, 13x slower at 64 and at 4 chunks, sessions 6, 11, 12): a form is served only where it was timed at
@@ -22,12 +22,14 @@ from vllm_voxserve.config import VoxServeConfig
 
 # codec_step's variant options (benchmarks/codec_step.make_program) and the config switch each one is
 OPTION_SWITCHES = {"nhwc": "codec_channels_last", "gemm": "codec_gemm_low_rate_convs",
-                   "dgemm": "codec_gemm_wide_dilated_convs"}
+                   "dgemm": "codec_gemm_wide_dilated_convs", "nolayout": "codec_layout_optimization"}
+# the options `ttail` and `tconv` set codec_conv_kernels to "tails" and "all" (neither: "off")
+CONV_KERNEL_OPTIONS = {"ttail": "tails", "tconv": "all"}
 
 # what `dgemm` alone makes matmuls of: the served config's dilated convs (the wide ones)
 WIDE_DILATED_MIN_CHANNELS = VoxServeConfig().codec_gemm_dilated_min_channels
-# the codec's integer settings a form sets (both `benchmarks.fig3.measure` flags too)
-INTEGER_SETTINGS = ("codec_gemm_dilated_min_channels", "codec_rows_per_call")
+# the codec's settings with a value that a form sets (each a `benchmarks.fig3.measure` flag too)
+VALUE_SETTINGS = ("codec_gemm_dilated_min_channels", "codec_rows_per_call", "codec_conv_kernels")
 
 
 def switches(variant: str) -> dict[str, bool | int] | None:
@@ -40,9 +42,13 @@ def switches(variant: str) -> dict[str, bool | int] | None:
     except ValueError:
         return None
     others = set(options[2:]) - {f"rows{rows}"} - set(_dilated_options(options))
-    if options[:2] != ["graph", "compile"] or not others <= {"nhwc", "gemm"}:
+    kernels = [CONV_KERNEL_OPTIONS[o] for o in options if o in CONV_KERNEL_OPTIONS]
+    if options[:2] != ["graph", "compile"] or not others <= {"nhwc", "gemm", "nolayout", *CONV_KERNEL_OPTIONS} \
+            or len(kernels) > 1:
         return None
     return {"codec_channels_last": "nhwc" in options, "codec_gemm_low_rate_convs": "gemm" in options,
+            "codec_conv_kernels": kernels[0] if kernels else "off",
+            "codec_layout_optimization": "nolayout" not in options,
             "codec_gemm_wide_dilated_convs": dilated > 0,
             "codec_gemm_dilated_min_channels": dilated or WIDE_DILATED_MIN_CHANNELS, "codec_rows_per_call": rows}
 
@@ -72,6 +78,11 @@ def dilated_min_channels(options: list[str]) -> int:
 BASELINES = ("graph+compile", "graph+compile+dgemm")
 # how much slower than the fastest baseline a form may be at one shape (timing noise) and still be served
 TOLERANCE = 0.05
+# the most a form's samples may differ from the first timed form's (codec_step's "rms deviation": RMS of the
+# difference over the RMS) and still be served: bf16 rounding in another order differs by far less, a wrong kernel by
+# about 1 (uncorrelated audio) or more
+MAX_DEVIATION = 0.25
+DEVIATION = "rms deviation"
 
 
 def fastest_variant(result: dict) -> tuple[str | None, str]:
@@ -80,11 +91,16 @@ def fastest_variant(result: dict) -> tuple[str | None, str]:
     as configured) where no baseline was timed. Every shape counts: session 12 served channels-last convs chosen
     at 64 chunks, and 4 chunks of 10 frames (urgent lane, small background batches) took 57 ms instead of 4.3."""
     times: dict[str, dict[tuple, float]] = {}
+    wrong: dict[str, str] = {}
     for row in result.get("rows", []):
         for key, t in row.items():
             variant, sep, place = key.partition(" ms (")
             if sep and switches(variant) is not None:
                 times.setdefault(variant, {})[(row["batch"], row.get("frames"), place.rstrip(")"))] = t
+            variant, sep, _ = key.partition(f" {DEVIATION}")
+            if sep and t > MAX_DEVIATION:
+                wrong[variant] = f"{variant} {t:.3f} at {row['batch']} x {row.get('frames')} frames"
+    times = {v: by_shape for v, by_shape in times.items() if v not in wrong}
     shapes = {shape for b in BASELINES for shape in times.get(b, {})}
     if not shapes:
         return None, "neither baseline compiled form was timed"
@@ -101,6 +117,8 @@ def fastest_variant(result: dict) -> tuple[str | None, str]:
     why = f"total over {len(shapes)} shapes: " + ", ".join(f"{v} {t:.1f} ms" for v, t in totals.items())
     if slower:
         why += "; slower than a baseline: " + ", ".join(slower.values())
+    if wrong:
+        why += f"; samples off the first form's by more than {MAX_DEVIATION} (RMS): " + ", ".join(wrong.values())
     if not totals:  # e.g. each baseline timed at shapes the other was not: nothing was timed everywhere
         return None, "no form was timed at every shape and never slower; " + why
     return min(totals, key=totals.get), why
@@ -117,7 +135,7 @@ def fig3_flags(config: dict) -> str:
     voxserve = config.get("voxserve", {})
     flags = [("--" if voxserve[key] else "--no-") + key.replace("_", "-")
              for key in OPTION_SWITCHES.values() if key in voxserve]
-    flags += [f"--{key.replace('_', '-')} {voxserve[key]}" for key in INTEGER_SETTINGS if key in voxserve]
+    flags += [f"--{key.replace('_', '-')} {voxserve[key]}" for key in VALUE_SETTINGS if key in voxserve]
     return " ".join(flags)
 
 

@@ -12,7 +12,9 @@ made dynamic; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutio
 channels-last (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the convs before the upsampling (the two at the
 frame rate and the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`), `+dgemm` the wide
 dilated convs (`gemm_wide_dilated_convs=True`), `+dgemmN` those of at least N channels (`gemm_dilated_min_channels=N`),
-`+adgemm` every dilated conv; `+rows16` decodes the batch as calls of at most 16 rows, one after another in the one
+`+adgemm` every dilated conv; `+ttail` runs the vocoder's residual units' SnakeBeta -> conv k1 -> + input on the
+plugin's Triton conv kernel (`conv_kernels="tails"`), `+tconv` their dilated convs too (`"all"`); `+nolayout` compiles
+without inductor's layout optimization (`layout_optimization=False`); `+rows16` decodes the batch as calls of at most 16 rows, one after another in the one
 graph (`rows_per_call=16`). cuDNN picks its convolution algorithms by heuristics, as in
 the server (its timed search was faster on the whole GPU but broke the codec partition's capture at served batch
 sizes: results/h200/2026-11-30_session5).
@@ -29,9 +31,11 @@ import time
 import torch
 
 from benchmarks.code_predictor_step import profile_kernels
-from benchmarks.codec_layout_choice import WIDE_DILATED_MIN_CHANNELS, dilated_min_channels, rows_per_call
+from benchmarks.codec_layout_choice import (CONV_KERNEL_OPTIONS, DEVIATION, WIDE_DILATED_MIN_CHANNELS,
+                                           dilated_min_channels, rows_per_call)
 from benchmarks.fig3.measure import graph_ms
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
+from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -47,8 +51,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--variants", default="graph,graph+compile")
     ap.add_argument("--profile-batch", type=int, default=0, help="print each variant's kernels at this batch")
+    ap.add_argument("--conv-tiles", help="tiles for `tconv` (codec_conv_tiles.py's JSON; else the kernel's own)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.conv_tiles:
+        with open(args.conv_tiles) as f:
+            conv_kernels.TILES.update({tuple(json.loads(k.replace("(", "[").replace(")", "]"))): tuple(v)
+                                       for k, v in json.load(f)["chosen"].items()})
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     decoder = decoder.to("cuda", torch.bfloat16)
@@ -64,13 +73,19 @@ def main() -> None:
         for batch in (int(b) for b in args.batches.split(",")):
             g = torch.Generator(device="cuda").manual_seed(batch)
             codes = torch.randint(0, 2048, (batch, frames, 16), device="cuda", generator=g)
-            row = {"batch": batch, "frames": frames}
+            row, first = {"batch": batch, "frames": frames}, None
             for name, program in programs.items():
                 try:
-                    row.update(time_variant(name, program, settings[name], codes, places, args.reps,
-                                            profile=batch == args.profile_batch))
+                    timed, wav = time_variant(name, program, settings[name], codes, places, args.reps,
+                                              profile=batch == args.profile_batch)
                 except RuntimeError as exc:  # e.g. a cuDNN refusal: keep the other variants' timings
                     row[f"{name} error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    continue
+                row.update(timed)
+                # every form decodes the same codes from a fresh state: its samples against the first form's
+                first = first or (name, wav)
+                if name != first[0]:
+                    row[f"{name} {DEVIATION}"] = round(relative_rms(wav, first[1]), 5)
             rows.append(row)
             print(json.dumps(row), flush=True)
             if args.out:  # after every row, so a crash keeps what was measured
@@ -79,16 +94,23 @@ def main() -> None:
                               indent=1)
 
 
+
+
+def relative_rms(wav: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((wav.float() - reference.float()).pow(2).mean().sqrt() / reference.float().pow(2).mean().sqrt()).item()
+
+
 def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.Tensor, places, reps: int,
-                 profile: bool = False) -> dict:
-    """Compile (if so) and time one variant's graph at each place; `profile` also prints its kernels (whole GPU)."""
+                 profile: bool = False) -> tuple[dict, torch.Tensor]:
+    """Compile (if so) and time one variant's graph at each place; `profile` also prints its kernels (whole GPU).
+    Returns the timings and the samples of its first call (from a fresh state)."""
     batch = codes.shape[0]
     pool = program.make_state_pool(batch + 1, torch.device("cuda"))
     slots = torch.arange(batch, device="cuda")
     row = {}
     started = time.perf_counter()
     with settings():
-        program.decode(codes, slots, pool)
+        wav = program.decode(codes, slots, pool)
     torch.cuda.synchronize()
     if "compile" in name:
         row[f"{name} compile_s"] = round(time.perf_counter() - started, 1)
@@ -100,7 +122,7 @@ def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.T
         profile_kernels(step)
         if "compile" not in name:
             profile_convolutions(step, torch.profiler.ProfilerActivity.CUDA)
-    return row
+    return row, wav
 
 
 def profile_convolutions(step, device_activity) -> None:
@@ -126,17 +148,21 @@ def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
     decoder."""
     options = variant.split("+")
     rows, dilated_min = rows_per_call(options), dilated_min_channels(options)
-    known = {"compile", "static-frames", "1x1mm", "nhwc", "gemm", "dgemm", "adgemm", f"dgemm{dilated_min}"}
+    known = {"compile", "static-frames", "1x1mm", "nhwc", "gemm", "dgemm", "adgemm", f"dgemm{dilated_min}",
+             "nolayout", *CONV_KERNEL_OPTIONS}
     if options[0] != "graph" or not set(options[1:]) - {f"rows{rows}"} <= known:
         raise ValueError(f"unknown variant {variant!r}")
     # A compiled variant gets its own copy of the decoder: on a shared one dynamo reuses the first variant's graphs
     # (inductor's settings are not among its guards), as session 6's run showed (compile_s 0, same times).
-    compiled, changed = "compile" in options, bool({"nhwc", "gemm"} & set(options)) or dilated_min > 0
+    kernels = [CONV_KERNEL_OPTIONS[o] for o in options if o in CONV_KERNEL_OPTIONS]
+    compiled, changed = "compile" in options, bool({"nhwc", "gemm"} & set(options)) or bool(kernels) or dilated_min > 0
     return Qwen3CodecProgram(copy.deepcopy(decoder) if compiled or changed else decoder, torch.bfloat16,
                              compile=compiled, dynamic_frames="static-frames" not in options,
                              channels_last="nhwc" in options, gemm_low_rate_convs="gemm" in options,
                              gemm_wide_dilated_convs=dilated_min > 0, rows_per_call=rows,
-                             gemm_dilated_min_channels=dilated_min or WIDE_DILATED_MIN_CHANNELS)
+                             gemm_dilated_min_channels=dilated_min or WIDE_DILATED_MIN_CHANNELS,
+                             conv_kernels=kernels[0] if kernels else "off",
+                             layout_optimization="nolayout" not in options)
 
 
 def _inductor_settings(variant: str):

@@ -16,7 +16,7 @@ def test_codec_layout_switches_default_as_timed_and_parse():
 
 
 @pytest.mark.parametrize("key", ["codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
-                                 "codec_gemm_wide_dilated_convs"])
+                                 "codec_gemm_wide_dilated_convs", "codec_layout_optimization"])
 def test_a_codec_switch_must_be_a_boolean(key):
     with pytest.raises(ValueError, match=f"voxserve.{key} must be true or false"):
         VoxServeConfig.from_dict({key: "yes"})
@@ -30,3 +30,11 @@ def test_codec_integer_settings_parse_and_are_checked(key, default, least):
     for bad in (least - 1, 1.5, True, "16"):
         with pytest.raises(ValueError, match=f"voxserve.{key} must be an integer >= {least}"):
             VoxServeConfig.from_dict({key: bad})
+
+
+def test_codec_conv_kernels_is_off_tails_or_all():
+    assert VoxServeConfig().codec_conv_kernels == "off" and VoxServeConfig().codec_layout_optimization
+    assert VoxServeConfig.from_dict({"codec_conv_kernels": "tails"}).codec_conv_kernels == "tails"
+    for bad in (True, "on", "ALL"):
+        with pytest.raises(ValueError, match="voxserve.codec_conv_kernels must be off, tails or all"):
+            VoxServeConfig.from_dict({"codec_conv_kernels": bad})

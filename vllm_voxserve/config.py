@@ -167,6 +167,16 @@ class VoxServeConfig:
     # batch in one call). For channels-last convs, which the H200 ran 1.5x faster than the served form at 16 chunks
     # and 13x slower at 64 (results/h200/2026-12-01_session11): served only where a session times it faster.
     codec_rows_per_call: int = 0
+    # The vocoder's residual units on the plugin's Triton conv kernel (codec/conv_kernels.py, GPU only): "tails" their
+    # SnakeBeta -> conv k1 -> + input as one kernel, "all" their dilated convs too; no cuDNN layout conversions.
+    # "off" until a session times it faster at every shape (benchmarks/codec_step.py variants `ttail`, `tconv`;
+    # benchmarks/codec_layout_choice.py). H200, 64 chunks of 10 frames: the dilated convs 2-6x slower than cuDNN's,
+    # the tails as fast with the SnakeBeta and the add folded in (results/h200/2026-12-02_session13).
+    codec_conv_kernels: str = "off"
+    # Inductor's layout optimization in the compiled codec (channels-last buffers around convs; inductor's default).
+    # To be timed off (variant `nolayout`): session 12's and 13's profiles show the SnakeBeta passes between the convs
+    # at about a tenth of the H200's memory bandwidth.
+    codec_layout_optimization: bool = True
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -181,13 +191,15 @@ class VoxServeConfig:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
         for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
                      "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
-                     "codec_gemm_wide_dilated_convs"):
+                     "codec_gemm_wide_dilated_convs", "codec_layout_optimization"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         for name, least in (("codec_rows_per_call", 0), ("codec_gemm_dilated_min_channels", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"voxserve.{name} must be an integer >= {least}, got {value!r}")
+        if self.codec_conv_kernels not in ("off", "tails", "all"):
+            raise ValueError(f"voxserve.codec_conv_kernels must be off, tails or all, got {self.codec_conv_kernels!r}")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):

@@ -45,7 +45,8 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
 
 
 def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, gemm_low_rate_convs: bool = False,
-                gemm_wide_dilated_convs: bool = False, gemm_dilated_min_channels: int = 512, rows_per_call: int = 0):
+                gemm_wide_dilated_convs: bool = False, gemm_dilated_min_channels: int = 512, rows_per_call: int = 0,
+                conv_kernels: str = "off", layout_optimization: bool = True):
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
     from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -55,7 +56,8 @@ def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, 
     init_codec_decoder_weights(decoder, seed=0)
     return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile, channels_last=channels_last,
                              gemm_low_rate_convs=gemm_low_rate_convs, gemm_wide_dilated_convs=gemm_wide_dilated_convs,
-                             gemm_dilated_min_channels=gemm_dilated_min_channels, rows_per_call=rows_per_call)
+                             gemm_dilated_min_channels=gemm_dilated_min_channels, rows_per_call=rows_per_call,
+                             conv_kernels=conv_kernels, layout_optimization=layout_optimization)
 
 
 def main() -> None:
@@ -78,6 +80,10 @@ def main() -> None:
                     help="the fewest channels of a dilated conv made a matmul by the previous switch")
     ap.add_argument("--codec-rows-per-call", type=int, default=served.codec_rows_per_call,
                     help="decode a codec batch as calls of at most this many chunks (0: one call)")
+    ap.add_argument("--codec-conv-kernels", choices=("off", "tails", "all"), default=served.codec_conv_kernels,
+                    help="the vocoder's residual units on the Triton conv kernel")
+    ap.add_argument("--codec-layout-optimization", action=argparse.BooleanOptionalAction,
+                    default=served.codec_layout_optimization, help="inductor's layout optimization in the codec")
     ap.add_argument("--codec-headroom", type=float, default=CODEC_HEADROOM,
                     help="codec frames per backbone frame a split must measure to keep up (split_chooser)")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
@@ -90,7 +96,9 @@ def main() -> None:
                                                                               args.codec_gemm_low_rate_convs,
                                                                               args.codec_gemm_wide_dilated_convs,
                                                                               args.codec_gemm_dilated_min_channels,
-                                                                              args.codec_rows_per_call)
+                                                                              args.codec_rows_per_call,
+                                                                              args.codec_conv_kernels,
+                                                                              args.codec_layout_optimization)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()

@@ -20,10 +20,11 @@ def timed(variant_times: dict[str, dict[tuple[int, int, str], float]]) -> dict:
     return {"rows": list(rows.values())}
 
 
-def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0) -> dict:
+def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0, kernels="off", layout=True) -> dict:
     """The switches a served codec form sets (defaults: the served form, `graph+compile+dgemm`)."""
     return {"codec_channels_last": nhwc, "codec_gemm_low_rate_convs": gemm, "codec_gemm_wide_dilated_convs": dilated,
-            "codec_gemm_dilated_min_channels": min_channels, "codec_rows_per_call": rows}
+            "codec_gemm_dilated_min_channels": min_channels, "codec_rows_per_call": rows,
+            "codec_conv_kernels": kernels, "codec_layout_optimization": layout}
 
 
 # Session 12's H200 timings (ms, CUDA graph replays, whole GPU / 64 SMs), benchmarks/results/h200/2026-12-01_session12
@@ -98,8 +99,8 @@ def test_fig3_runs_the_forms_the_server_runs(capsys):
     assert capsys.readouterr().out.strip() == "--codec-gemm-low-rate-convs --no-codec-gemm-wide-dilated-convs"
     adgemm = {"voxserve": form(nhwc=True, min_channels=1, rows=16)}  # Figure 3 times the form served, cliffs fenced
     assert fig3_flags(adgemm) == ("--codec-channels-last --no-codec-gemm-low-rate-convs "
-                                  "--codec-gemm-wide-dilated-convs --codec-gemm-dilated-min-channels 1 "
-                                  "--codec-rows-per-call 16")
+                                  "--codec-gemm-wide-dilated-convs --codec-layout-optimization "
+                                  "--codec-gemm-dilated-min-channels 1 --codec-rows-per-call 16 --codec-conv-kernels off")
 
 
 def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, capsys):
@@ -120,9 +121,25 @@ def test_a_variant_names_every_switch_it_ran_with():
     assert switches("graph+compile+nhwc+dgemm+rows16") == form(nhwc=True, rows=16)
     assert switches("graph+compile+nhwc+dgemm192+rows16") == form(nhwc=True, min_channels=192, rows=16)
     assert switches("graph+compile+gemm+adgemm") == form(gemm=True, min_channels=1)
+    assert switches("graph+compile+tconv") == form(dilated=False, kernels="all")
+    assert switches("graph+compile+dgemm+ttail+nolayout") == form(kernels="tails", layout=False)
+    assert switches("graph+compile+ttail+tconv") is None  # one kernel option
     assert switches("graph") is None and switches("graph+compile+1x1mm") is None  # not a served form
     best, _ = fastest_variant(result(**{"": 11.24, "_dgemm": 7.90, "_1x1mm": 1.0}))  # session 7, and a non-form
     assert best == "graph+compile+dgemm"
     for unservable in ("graph+compile+rows0", "graph+compile+rows16+rows8", "graph+compile+rowsx", "graph+rows16",
                        "graph+compile+dgemm+adgemm", "graph+compile+dgemm0", "graph+compile+dgemmx"):
         assert switches(unservable) is None, unservable
+
+
+def test_a_form_whose_samples_differ_is_not_served():
+    """codec_step compares each form's samples with the first form's: a faster form that decodes other audio (a wrong
+    kernel) is refused, one within rounding is served."""
+    kernels = "graph+compile+tconv"
+    rows = timed({SERVED: SESSION12[SERVED], kernels: {shape: t / 2 for shape, t in SESSION12[SERVED].items()}})
+    for row in rows["rows"]:
+        row[f"{kernels} rms deviation"] = 0.004
+    assert fastest_variant(rows)[0] == kernels
+    rows["rows"][-1][f"{kernels} rms deviation"] = 1.3
+    best, why = fastest_variant(rows)
+    assert best == SERVED and "samples off the first form's by more than 0.25 (RMS): graph+compile+tconv 1.300" in why

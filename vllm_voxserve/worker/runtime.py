@@ -47,7 +47,9 @@ class SpeechRuntime:
                                     gemm_low_rate_convs=config.codec_gemm_low_rate_convs,
                                     gemm_wide_dilated_convs=config.codec_gemm_wide_dilated_convs,
                                     rows_per_call=config.codec_rows_per_call,
-                                    gemm_dilated_min_channels=config.codec_gemm_dilated_min_channels)
+                                    gemm_dilated_min_channels=config.codec_gemm_dilated_min_channels,
+                                    conv_kernels=config.codec_conv_kernels,
+                                    layout_optimization=config.codec_layout_optimization)
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
-from vllm_voxserve.models.qwen3_tts.codec.layers import use_channels_last, use_gemm
+from vllm_voxserve.models.qwen3_tts.codec.layers import use_channels_last, use_conv_kernels, use_gemm
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, StateLayout, decode_and_pack, decode_chunk
+
+
+CONV_KERNELS = ("off", "tails", "all")
 
 
 class Qwen3CodecProgram:
@@ -16,12 +19,17 @@ class Qwen3CodecProgram:
                  output_sample_rate: int = 24000, compile: bool = False, dynamic_frames: bool = True,
                  channels_last: bool = False, gemm_low_rate_convs: bool = False,
                  gemm_wide_dilated_convs: bool = False, rows_per_call: int = 0,
-                 gemm_dilated_min_channels: int = 512) -> None:
+                 gemm_dilated_min_channels: int = 512, conv_kernels: str = "off",
+                 layout_optimization: bool = True) -> None:
         """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`).
         `gemm_low_rate_convs`: its convs before the upsampling (`low_rate_convs`) as matmuls (`layers.use_gemm`;
         changes `decoder`). `gemm_wide_dilated_convs`: its dilated convs of at least
         `gemm_dilated_min_channels` channels (`wide_dilated_convs`) so.
-        `rows_per_call`: decode a larger batch as calls of at most this many rows, one after another (0: one call)."""
+        `rows_per_call`: decode a larger batch as calls of at most this many rows, one after another (0: one call).
+        `conv_kernels`: "tails" runs its residual units' SnakeBeta -> conv k1 -> + input on the Triton conv kernel,
+        "all" their dilated convs too (`layers.use_conv_kernels`; changes `decoder`), "off" neither.
+        `layout_optimization`: inductor's choice of channels-last buffers around convs (its default); off, the compiled
+        codec keeps every buffer as the modules make it."""
         if rows_per_call < 0:
             raise ValueError(f"rows_per_call must be >= 0, got {rows_per_call}")
         if channels_last:
@@ -30,13 +38,18 @@ class Qwen3CodecProgram:
             use_gemm(decoder.low_rate_convs())
         if gemm_wide_dilated_convs:
             use_gemm(decoder.wide_dilated_convs(gemm_dilated_min_channels))
+        if conv_kernels not in CONV_KERNELS:
+            raise ValueError(f"conv_kernels must be one of {CONV_KERNELS}, got {conv_kernels!r}")
+        if conv_kernels != "off":
+            use_conv_kernels(decoder, dilated_convs=conv_kernels == "all")
         self.decoder = decoder
         # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
         # its new state. Compiled on first use with the batch size and (dynamic_frames) the chunk length dynamic: one
         # graph serves every batch and every length >= 2. torch.compile specialises size 1, so a lone row runs beside
         # a copy of itself (`_step`): a second compile of the whole codec cost 2 of a GPU server's start-up minutes.
         self.layout = StateLayout.of(decoder.config, state_dtype)
-        self._compiled = torch.compile(self._decode_and_pack) if compile else None
+        options = None if layout_optimization else {"layout_optimization": False}
+        self._compiled = torch.compile(self._decode_and_pack, options=options) if compile else None
         self._dynamic_dims = ((0, 2) if dynamic_frames else (0,), (0,), (0,))  # codes [B, Q, F], position, block
         self.state_dtype = state_dtype
         # The H200 times channels-last convs 1.5x faster than the plain ones at 16 chunks and 13x slower at 64 (one

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .conv_kernels import codec_conv
+
 State = dict[str, torch.Tensor]
 
 
@@ -25,6 +27,7 @@ class CausalConv1d(nn.Module):
         self.state_name = ""
         self.channels_last = False  # see use_channels_last
         self.as_gemm = False  # see use_gemm
+        self.kernel = False  # see use_conv_kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv(F.pad(x, (self.history_len, 0)))
@@ -42,6 +45,8 @@ class CausalConv1d(nn.Module):
         # session 7's profile showed those were the wide dilated convs, which `use_gemm` turns into matmuls.)
         if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
             return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
+        if self.kernel:
+            return codec_conv(x, self.conv.weight, self.conv.bias, None, None, None, self.conv.dilation[0])
         if self.as_gemm:
             return conv_as_gemm(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         return conv_channels_last(self.conv, x) if self.channels_last else self.conv(x)
@@ -97,6 +102,21 @@ def use_gemm(convs: list[nn.Module]) -> None:
         if isinstance(conv_module, CausalTransposedConv1d) and conv_module.conv.kernel_size[0] % conv_module.stride:
             raise ValueError(f"{name}: its kernel is not a multiple of its stride")
         conv_module.as_gemm = True
+
+
+def use_conv_kernels(module: nn.Module, dilated_convs: bool = True) -> None:
+    """Run every residual unit under `module` on `conv_kernels.codec_conv`: its SnakeBeta -> conv k1 -> + input as
+    one kernel and (`dilated_convs`) its dilated conv as another, instead of cuDNN's convs with layout conversions
+    around them and element-wise passes between. Takes precedence over `use_gemm` and `use_channels_last` there.
+    A dilated conv's weight is stored tap-major (same values): the kernel reads one tap's [out, in] block at a time."""
+    for unit in module.modules():
+        if isinstance(unit, ResidualUnit):
+            unit.fused_tail = True
+            if dilated_convs:
+                conv = unit.conv1.conv
+                tap_major = conv.weight.detach().permute(2, 0, 1).contiguous().permute(1, 2, 0)
+                conv.weight = nn.Parameter(tap_major, requires_grad=False)
+                unit.conv1.kernel = True
 
 
 def use_channels_last(module: nn.Module) -> None:
@@ -206,12 +226,19 @@ class ResidualUnit(nn.Module):
         self.conv1 = CausalConv1d(dim, dim, kernel_size=7, dilation=dilation)
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
+        self.fused_tail = False  # see use_conv_kernels
+
+    def _tail(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        if self.fused_tail:
+            conv = self.conv2.conv
+            return codec_conv(h, conv.weight, conv.bias, self.act2.alpha, self.act2.beta, x, 1)
+        return self.conv2(self.act2(h)) + x  # conv2 has no history: its stream is its forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv2(self.act2(self.conv1(self.act1(x)))) + x
+        return self._tail(x, self.conv1(self.act1(x)))
 
     def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        return self.conv2.stream(self.act2(self.conv1.stream(self.act1(x), state)), state) + x
+        return self._tail(x, self.conv1.stream(self.act1(x), state))
 
 
 class DecoderBlock(nn.Module):

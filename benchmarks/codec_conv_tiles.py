@@ -1,0 +1,106 @@
+"""Tile sizes of the codec's conv kernel (codec/conv_kernels.py) for each residual-unit conv of the served decoder.
+
+    python -m benchmarks.codec_conv_tiles --shapes 64x10,16x10,4x5 --out tiles.json
+
+For every conv a residual unit runs (the dilated conv k7 and the SnakeBeta -> conv k1 -> + input tail, at 768, 384, 192
+and 96 channels) and every (chunks x frames) shape, the kernel's time with each candidate tile, and cuDNN's conv1d of
+the same shape beside it (the served form's conv, without its layout conversions and element-wise passes). Prints the
+tile with the least total time over the shapes for each (channels, out channels, taps): `conv_kernels.TILES`.
+One GPU, bf16, CUDA events over repeated calls (each call is 0.01-2 ms of device work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from torch.nn import functional as F
+
+from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
+from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
+
+# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages)
+CANDIDATES = [(64, 64, 32, 4, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (128, 128, 32, 8, 3),
+              (32, 128, 32, 4, 3), (64, 256, 32, 8, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3)]
+
+
+def residual_convs(config: CodecDecoderConfig) -> list[tuple[int, int, int, int]]:
+    """(channels, taps, dilation, output columns per frame) of the residual-unit convs of a decoder."""
+    convs, columns = [], 4  # the vocoder's input: 4 columns a frame after the two x2 upsamplers
+    for i, rate in enumerate(config.upsample_rates):
+        channels, columns = config.decoder_dim // 2 ** (i + 1), columns * rate
+        convs += [(channels, 7, dilation, columns) for dilation in (1, 3, 9)]
+        convs.append((channels, 1, 1, columns))  # the three units' tails have one shape
+    return convs
+
+
+def time_ms(fn, reps: int) -> float:
+    fn()
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+@torch.inference_mode()
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="64x10,16x10,4x5")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--taps", help="only the convs with this many taps (7: the dilated convs, 1: the tails)")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
+    rows, totals = [], {}
+    for channels, taps, dilation, per_frame in residual_convs(CodecDecoderConfig()):
+        if args.taps and taps != int(args.taps):
+            continue
+        tail = taps == 1
+        for batch, frames in shapes:
+            g = torch.Generator(device="cuda").manual_seed(channels)
+            length = frames * per_frame
+            x = torch.randn(batch, channels, length + (taps - 1) * dilation, device="cuda", generator=g).bfloat16()
+            w = (torch.randn(channels, channels, taps, device="cuda", generator=g) * (channels * taps) ** -0.5).bfloat16()
+            w = w.permute(2, 0, 1).contiguous().permute(1, 2, 0)  # tap-major, as use_conv_kernels stores it
+            b = torch.randn(channels, device="cuda", generator=g).bfloat16()
+            alpha, beta = (torch.randn(2, channels, device="cuda", generator=g) * 0.3).bfloat16() if tail else (None, None)
+            res = torch.randn(batch, channels, length, device="cuda", generator=g).bfloat16() if tail else None
+            row = {"channels": channels, "taps": taps, "dilation": dilation, "batch": batch, "frames": frames,
+                   "cudnn_ms": time_ms(lambda: F.conv1d(x, w, b, dilation=dilation), args.reps)}
+            want = conv_kernels.conv_reference(x.float(), w.float(), b.float(), None if alpha is None else alpha.float(),
+                                               None if beta is None else beta.float(),
+                                               None if res is None else res.float(), dilation)
+            for tile in CANDIDATES:
+                conv_kernels.TILES[channels, channels, taps] = tile
+                try:
+                    got = conv_kernels.conv_triton(x, w, b, alpha, beta, res, dilation)
+                    error = ((got.float() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
+                    ms = time_ms(lambda: conv_kernels.conv_triton(x, w, b, alpha, beta, res, dilation), args.reps)
+                except Exception as exc:  # e.g. a tile past the shared memory: that tile is out for this conv
+                    row[str(tile)] = f"{type(exc).__name__}: {str(exc)[:120]}"
+                    continue
+                row[str(tile)] = round(ms, 4)
+                row[f"{tile} rms deviation"] = round(error, 5)
+                key = (channels, channels, taps)
+                totals.setdefault(key, {}).setdefault(tile, 0.0)
+                totals[key][tile] += ms if error < 0.05 else float("inf")
+            conv_kernels.TILES.pop((channels, channels, taps), None)
+            rows.append(row)
+            best = min((v, k) for k, v in row.items() if k.startswith("(") and "dev" not in k and isinstance(v, float))
+            print(f"C {channels} k{taps} d{dilation} {batch}x{frames}: cuDNN {row['cudnn_ms']:.4f} ms, "
+                  f"best tile {best[1]} {best[0]:.4f} ms", flush=True)
+    chosen = {str(key): min(by_tile, key=by_tile.get) for key, by_tile in totals.items()}
+    print("TILES =", json.dumps(chosen), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "shapes": args.shapes, "rows": rows,
+                       "chosen": chosen}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""The residual units' conv operator: its tensor code against the unfused modules, its Triton kernel against the
+tensor code (interpreted on CPU, compiled on GPU), and a decoder on it streaming the full decode."""
+
+import copy
+
+import pytest
+import torch
+
+from tests.models.qwen3_tts.test_codec_streaming import SMALL_WINDOW_CONFIG
+from tests.models.qwen3_tts.test_cp_kernels import interpret
+from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
+from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
+from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
+from vllm_voxserve.models.qwen3_tts.codec.layers import ResidualUnit, SnakeBeta, use_conv_kernels
+from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
+
+# (channels, out channels, taps, dilation, input columns, snake, residual, bias): the served residual units' shapes
+# (96-768 channels, k7 at dilations 1/3/9, k1 with SnakeBeta and residual), the last conv's one channel, and sizes
+# that are no multiple of a tile (masks)
+CASES = [(96, 96, 7, 9, 130, False, False, True), (96, 96, 1, 1, 70, True, True, True),
+         (40, 17, 3, 2, 33, True, False, False), (64, 1, 7, 1, 30, False, False, True),
+         (192, 192, 7, 3, 81, False, False, True)]
+
+
+def case(channels, out_channels, taps, dilation, columns, snake, residual, bias, batch=2, dtype=torch.float32,
+         device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def make(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device, dtype)
+
+    out_len = columns - (taps - 1) * dilation
+    return dict(x=make(batch, channels, columns), weight=make(out_channels, channels, taps,
+                                                              scale=(channels * taps) ** -0.5),
+                bias=make(out_channels) if bias else None, snake_alpha=make(channels, scale=0.3) if snake else None,
+                snake_beta=make(channels, scale=0.3) if snake else None,
+                residual=make(batch, out_channels, out_len) if residual else None, dilation=dilation)
+
+
+def test_the_operator_is_the_unfused_residual_tail():
+    """SnakeBeta -> conv k1 -> + input, as ResidualUnit computes it without the operator."""
+    torch.manual_seed(0)
+    unit = ResidualUnit(12, dilation=3).eval()
+    with torch.no_grad():
+        for p in unit.parameters():
+            p.normal_(0, 0.3)
+        x, h = torch.randn(2, 12, 20), torch.randn(2, 12, 20)
+        want = unit.conv2(unit.act2(h)) + x
+        got = torch.ops.voxserve.codec_conv(h, unit.conv2.conv.weight, unit.conv2.conv.bias, unit.act2.alpha,
+                                            unit.act2.beta, x, 1)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(conv_kernels.snake(h, unit.act2.alpha, unit.act2.beta), SnakeBeta.forward(unit.act2, h))
+    with pytest.raises(ValueError, match="does not fit"):
+        conv_kernels.conv_triton(x, unit.conv1.conv.weight, None, None, None, None, 9)  # 20 columns, 55 needed
+
+
+def test_triton_kernel_matches_the_tensor_code_in_the_interpreter():
+    pytest.importorskip("triton")
+    script = """
+import torch
+from tests.models.qwen3_tts.test_codec_conv_kernels import CASES, case
+from vllm_voxserve.models.qwen3_tts.codec import conv_kernels as ck
+for shape in CASES:
+    c = case(*shape)
+    want = ck.conv_reference(**c)
+    torch.testing.assert_close(ck.conv_triton(**c), want, atol=1e-4, rtol=1e-4)
+    # any strides: the weight tap-major (as channels-last convs store it), the input time-major
+    c["weight"] = c["weight"].permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    c["x"] = c["x"].transpose(1, 2).contiguous().transpose(1, 2)
+    torch.testing.assert_close(ck.conv_triton(**c), want, atol=1e-4, rtol=1e-4)
+print("ok")
+"""
+    interpret(script)
+
+
+def test_a_decoder_on_the_kernel_streams_its_full_decode_in_the_interpreter():
+    """The small decoder with its residual units on the Triton kernel (interpreted; the operator's CPU dispatch
+    pointed at it), decoding 2 + 4 frames from a state pool: the full decode of the plain modules."""
+    pytest.importorskip("triton")
+    script = """
+import copy
+import torch
+from tests.models.qwen3_tts.test_codec_streaming import SMALL_WINDOW_CONFIG
+from vllm_voxserve.models.qwen3_tts.codec import conv_kernels as ck
+from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
+from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
+from vllm_voxserve.models.qwen3_tts.codec.layers import use_conv_kernels
+from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
+called = []
+def triton_path(*args):
+    called.append(1)
+    return ck.conv_triton(*args)
+ck.conv_reference = triton_path
+decoder = CodecDecoder(SMALL_WINDOW_CONFIG).eval()
+init_codec_decoder_weights(decoder, seed=3)
+codes = torch.randint(0, 2048, (1, 6, 16), generator=torch.Generator().manual_seed(0))
+with torch.no_grad():
+    full = decoder(codes.transpose(1, 2))[0, 0]
+    kernels = copy.deepcopy(decoder)
+    use_conv_kernels(kernels)
+    pool = CodecStatePool(kernels.config, num_slots=2, dtype=torch.float32, device="cpu")
+    slots = torch.tensor([1])
+    pool.reset(slots)
+    wav = torch.cat([decode_chunk(kernels, codes[:, a:b], slots, pool)[0] for a, b in ((0, 2), (2, 6))])
+assert len(called) == 2 * 2 * 3 * len(SMALL_WINDOW_CONFIG.upsample_rates), len(called)  # 2 calls a unit a chunk
+assert (wav - full).abs().max().item() <= 1e-4, (wav - full).abs().max().item()
+print("ok")
+"""
+    interpret(script)
+
+
+def test_use_conv_kernels_marks_every_residual_unit_and_streams_on_cpu():
+    """On CPU the operator is the tensor code: the same decoder on it decodes as the plain one."""
+    torch.manual_seed(0)
+    decoder = CodecDecoder(SMALL_WINDOW_CONFIG).eval()
+    init_codec_decoder_weights(decoder, seed=3)
+    kernels = copy.deepcopy(decoder)
+    use_conv_kernels(kernels)
+    units = [m for m in kernels.modules() if isinstance(m, ResidualUnit)]
+    assert len(units) == 3 * len(SMALL_WINDOW_CONFIG.upsample_rates)
+    assert all(u.fused_tail and u.conv1.kernel and not u.conv2.kernel for u in units)
+    assert not kernels.decoder[0].kernel  # only the residual units
+    codes = torch.randint(0, 2048, (2, 9, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = decoder(codes.transpose(1, 2))[:, 0]
+        pool = CodecStatePool(kernels.config, num_slots=3, dtype=torch.float32, device="cpu")
+        slots = torch.tensor([2, 0])
+        pool.reset(slots)
+        wav = torch.cat([decode_chunk(kernels, codes[:, a:b], slots, pool) for a, b in ((0, 4), (4, 9))], dim=1)
+    assert (wav - full).abs().max().item() <= 1e-5
+
+
+@pytest.mark.gpu
+def test_gpu_kernel_matches_the_tensor_code_in_bf16():
+    for shape in CASES + [(768, 768, 7, 9, 120, False, False, True), (384, 384, 1, 1, 800, True, True, True)]:
+        c = case(*shape, batch=8, dtype=torch.bfloat16, device="cuda")
+        want = conv_kernels.conv_reference(**{k: v.float() if torch.is_tensor(v) else v for k, v in c.items()})
+        got = conv_kernels.conv_triton(**c)
+        torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_decoder_on_the_kernel_matches_the_plain_one():
+    """The served decoder shape, bf16, compiled program with the kernel against the plain modules in fp32."""
+    from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
+    from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
+
+    decoder = CodecDecoder(CodecDecoderConfig()).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    codes = torch.randint(0, 2048, (4, 15, 16), generator=torch.Generator().manual_seed(2)).cuda()
+    reference = copy.deepcopy(decoder).cuda()
+    program = Qwen3CodecProgram(decoder.to("cuda", torch.bfloat16), torch.bfloat16, compile=True, conv_kernels=True)
+    with torch.no_grad():
+        full = reference(codes.transpose(1, 2))[:, 0]
+        pool = program.make_state_pool(8, torch.device("cuda"))
+        slots = torch.tensor([5, 1, 2, 7], device="cuda")
+        pool.reset(slots)
+        wav = torch.cat([program.decode(codes[:, a:b], slots, pool) for a, b in ((0, 5), (5, 15))], dim=1)
+    error = (wav - full).pow(2).mean().sqrt() / full.pow(2).mean().sqrt()
+    assert error.item() < 0.05, error.item()  # bf16 against fp32 (the plain bf16 program is about as far)
