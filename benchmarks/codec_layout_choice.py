@@ -22,9 +22,10 @@ from vllm_voxserve.config import VoxServeConfig
 
 # codec_step's variant options (benchmarks/codec_step.make_program) and the config switch each one is
 OPTION_SWITCHES = {"nhwc": "codec_channels_last", "gemm": "codec_gemm_low_rate_convs",
-                   "dgemm": "codec_gemm_wide_dilated_convs", "nolayout": "codec_layout_optimization"}
-# the options `ttail` and `tconv` set codec_conv_kernels to "tails" and "all" (neither: "off")
-CONV_KERNEL_OPTIONS = {"ttail": "tails", "tconv": "all"}
+                   "dgemm": "codec_gemm_wide_dilated_convs", "nolayout": "codec_layout_optimization",
+                   "bounded": "codec_bounded_shapes", "static-frames": "codec_dynamic_frames"}
+# the options `ttail`, `tdil` and `tconv` set codec_conv_kernels to "tails", "dilated" and "all" (none: "off")
+CONV_KERNEL_OPTIONS = {"ttail": "tails", "tdil": "dilated", "tconv": "all"}
 
 # what `dgemm` alone makes matmuls of: the served config's dilated convs (the wide ones)
 WIDE_DILATED_MIN_CHANNELS = VoxServeConfig().codec_gemm_dilated_min_channels
@@ -43,12 +44,13 @@ def switches(variant: str) -> dict[str, bool | int] | None:
         return None
     others = set(options[2:]) - {f"rows{rows}"} - set(_dilated_options(options))
     kernels = [CONV_KERNEL_OPTIONS[o] for o in options if o in CONV_KERNEL_OPTIONS]
-    if options[:2] != ["graph", "compile"] or not others <= {"nhwc", "gemm", "nolayout", *CONV_KERNEL_OPTIONS} \
-            or len(kernels) > 1:
+    if options[:2] != ["graph", "compile"] or len(kernels) > 1 \
+            or not others <= {"nhwc", "gemm", "nolayout", "bounded", "static-frames", *CONV_KERNEL_OPTIONS}:
         return None
     return {"codec_channels_last": "nhwc" in options, "codec_gemm_low_rate_convs": "gemm" in options,
             "codec_conv_kernels": kernels[0] if kernels else "off",
-            "codec_layout_optimization": "nolayout" not in options,
+            "codec_layout_optimization": "nolayout" not in options, "codec_bounded_shapes": "bounded" in options,
+            "codec_dynamic_frames": "static-frames" not in options,
             "codec_gemm_wide_dilated_convs": dilated > 0,
             "codec_gemm_dilated_min_channels": dilated or WIDE_DILATED_MIN_CHANNELS, "codec_rows_per_call": rows}
 

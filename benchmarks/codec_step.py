@@ -13,8 +13,10 @@ channels-last (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the convs 
 frame rate and the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`), `+dgemm` the wide
 dilated convs (`gemm_wide_dilated_convs=True`), `+dgemmN` those of at least N channels (`gemm_dilated_min_channels=N`),
 `+adgemm` every dilated conv; `+ttail` runs the vocoder's residual units' SnakeBeta -> conv k1 -> + input on the
-plugin's Triton conv kernel (`conv_kernels="tails"`), `+tconv` their dilated convs too (`"all"`); `+nolayout` compiles
-without inductor's layout optimization (`layout_optimization=False`); `+rows16` decodes the batch as calls of at most 16 rows, one after another in the one
+plugin's Triton conv kernel (`conv_kernels="tails"`), `+tdil` their dilated convs that are not matmuls
+(`"dilated"`), `+tconv` both and their undilated k7 convs (`"all"`); `+nolayout` compiles
+without inductor's layout optimization (`layout_optimization=False`); `+bounded` with the batch and the chunk length
+bounded by the largest timed (`shape_bounds`); `+rows16` decodes the batch as calls of at most 16 rows, one after another in the one
 graph (`rows_per_call=16`). cuDNN picks its convolution algorithms by heuristics, as in
 the server (its timed search was faster on the whole GPU but broke the codec partition's capture at served batch
 sizes: results/h200/2026-11-30_session5).
@@ -61,7 +63,9 @@ def main() -> None:
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     decoder = decoder.to("cuda", torch.bfloat16)
-    programs = {name: make_program(decoder, name) for name in args.variants.split(",")}
+    batches, frame_counts = [int(b) for b in args.batches.split(",")], [int(f) for f in args.frames.split(",")]
+    programs = {name: make_program(decoder, name, (max(batches), max(frame_counts)))
+                for name in args.variants.split(",")}
     settings = {name: _inductor_settings(name) for name in programs}
     whole = torch.cuda.Stream()
     places = [("whole GPU", whole, whole)]
@@ -141,15 +145,15 @@ def profile_convolutions(step, device_activity) -> None:
         print(f"{e.device_time_total / 1e3:8.3f} ms  input, weight {e.input_shapes[:2]}  {args[3:]}", flush=True)
 
 
-def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
+def make_program(decoder: CodecDecoder, variant: str, call_bounds: tuple[int, int] = (64, 10)) -> Qwen3CodecProgram:
     """`graph`, `graph+compile` (cuDNN convs; the server adds `dgemm` by default since 032af90), with any of
     `static-frames`, `1x1mm`, `nhwc` (the convs channels-last), `gemm` (the low-rate convs as matmuls), `dgemm` (the
-    wide dilated ones) and `rowsN` (calls of at most N rows) added; compiled or changed variants on a copy of the
-    decoder."""
+    wide dilated ones), `bounded` (sizes bounded by `call_bounds`, most rows and frames of a call) and `rowsN` (calls of
+    at most N rows) added; compiled or changed variants on a copy of the decoder."""
     options = variant.split("+")
     rows, dilated_min = rows_per_call(options), dilated_min_channels(options)
     known = {"compile", "static-frames", "1x1mm", "nhwc", "gemm", "dgemm", "adgemm", f"dgemm{dilated_min}",
-             "nolayout", *CONV_KERNEL_OPTIONS}
+             "nolayout", "bounded", *CONV_KERNEL_OPTIONS}
     if options[0] != "graph" or not set(options[1:]) - {f"rows{rows}"} <= known:
         raise ValueError(f"unknown variant {variant!r}")
     # A compiled variant gets its own copy of the decoder: on a shared one dynamo reuses the first variant's graphs
@@ -162,7 +166,9 @@ def make_program(decoder: CodecDecoder, variant: str) -> Qwen3CodecProgram:
                              gemm_wide_dilated_convs=dilated_min > 0, rows_per_call=rows,
                              gemm_dilated_min_channels=dilated_min or WIDE_DILATED_MIN_CHANNELS,
                              conv_kernels=kernels[0] if kernels else "off",
-                             layout_optimization="nolayout" not in options)
+                             layout_optimization="nolayout" not in options,
+                             shape_bounds=(max(2, min(call_bounds[0], rows or call_bounds[0])), max(2, call_bounds[1]))
+                             if "bounded" in options else None)
 
 
 def _inductor_settings(variant: str):

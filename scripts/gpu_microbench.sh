@@ -22,10 +22,18 @@ if [[ $parts == *,cp,* ]]; then
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (30-55 s): six here
+  # CODEC_KEEP_CODE=1: keep inductor's generated sources of the compiled forms (codec_inductor_code.tgz), to read
+  # the kernels a profile names
+  [ -z "${CODEC_KEEP_CODE:-}" ] || export TORCHINDUCTOR_CACHE_DIR=$res/inductor_cache
   timeout -k 5 "${CODEC_T:-480}" python3 -m benchmarks.codec_step --profile-batch "${CODEC_PROFILE:-16}" \
     --variants "${CODEC_VARIANTS:-graph,graph+compile,graph+compile+dgemm,graph+compile+nhwc+dgemm}" \
     --batches "${CODEC_BATCHES:-1,4,16}" --frames "${CODEC_FRAMES:-5,10}" --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
+  if [ -n "${CODEC_KEEP_CODE:-}" ]; then
+    (cd "$res/inductor_cache" && find . -name "*.py" -print0 | tar czf "$res/codec_inductor_code.tgz" --null -T -)
+    rm -rf "$res/inductor_cache"
+    unset TORCHINDUCTOR_CACHE_DIR
+  fi
 fi
 if [[ $parts == *,codec_old,* ]]; then  # the same codec measured by an older tree (OLD_TREE: `git archive REV
   # vllm_voxserve benchmarks | tar -x -C DIR`, carried), side by side with this one's

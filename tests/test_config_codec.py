@@ -16,7 +16,8 @@ def test_codec_layout_switches_default_as_timed_and_parse():
 
 
 @pytest.mark.parametrize("key", ["codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
-                                 "codec_gemm_wide_dilated_convs", "codec_layout_optimization"])
+                                 "codec_gemm_wide_dilated_convs", "codec_layout_optimization", "codec_bounded_shapes",
+                                 "codec_dynamic_frames"])
 def test_a_codec_switch_must_be_a_boolean(key):
     with pytest.raises(ValueError, match=f"voxserve.{key} must be true or false"):
         VoxServeConfig.from_dict({key: "yes"})
@@ -32,9 +33,18 @@ def test_codec_integer_settings_parse_and_are_checked(key, default, least):
             VoxServeConfig.from_dict({key: bad})
 
 
-def test_codec_conv_kernels_is_off_tails_or_all():
+def test_codec_conv_kernels_is_off_tails_dilated_or_all():
     assert VoxServeConfig().codec_conv_kernels == "off" and VoxServeConfig().codec_layout_optimization
     assert VoxServeConfig.from_dict({"codec_conv_kernels": "tails"}).codec_conv_kernels == "tails"
+    assert VoxServeConfig.from_dict({"codec_conv_kernels": "dilated"}).codec_conv_kernels == "dilated"
     for bad in (True, "on", "ALL"):
-        with pytest.raises(ValueError, match="voxserve.codec_conv_kernels must be off, tails or all"):
+        with pytest.raises(ValueError, match="voxserve.codec_conv_kernels must be off, tails, dilated or all"):
             VoxServeConfig.from_dict({"codec_conv_kernels": bad})
+
+
+def test_codec_call_bounds_cover_every_call_the_server_makes():
+    assert VoxServeConfig().codec_call_bounds() == (64, 10)  # background batches of 64, 10-frame chunks
+    config = VoxServeConfig.from_dict({"chunk_frames": 12, "max_codec_batch": 128, "codec_rows_per_call": 16,
+                                       "codec_bounded_shapes": True, "codec_dynamic_frames": False})
+    assert config.codec_call_bounds() == (16, 12) and config.codec_bounded_shapes and not config.codec_dynamic_frames
+    assert VoxServeConfig.from_dict({"lanes": {"background_max_batch": 256}}).codec_call_bounds() == (256, 10)

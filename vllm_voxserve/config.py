@@ -167,16 +167,26 @@ class VoxServeConfig:
     # batch in one call). For channels-last convs, which the H200 ran 1.5x faster than the served form at 16 chunks
     # and 13x slower at 64 (results/h200/2026-12-01_session11): served only where a session times it faster.
     codec_rows_per_call: int = 0
-    # The vocoder's residual units on the plugin's Triton conv kernel (codec/conv_kernels.py, GPU only): "tails" their
-    # SnakeBeta -> conv k1 -> + input as one kernel, "all" their dilated convs too; no cuDNN layout conversions.
-    # "off" until a session times it faster at every shape (benchmarks/codec_step.py variants `ttail`, `tconv`;
-    # benchmarks/codec_layout_choice.py). H200, 64 chunks of 10 frames: the dilated convs 2-6x slower than cuDNN's,
-    # the tails as fast with the SnakeBeta and the add folded in (results/h200/2026-12-02_session13).
+    # The vocoder's residual units on the plugin's Triton conv kernel (codec/conv_kernels.py, GPU only, no cuDNN layout
+    # conversions): "tails" their SnakeBeta -> conv k1 -> + input as one kernel, "dilated" their dilated convs that
+    # are not matmuls, "all" both and their undilated k7 convs (codec/layers.use_conv_kernels). "off" until a session
+    # times a form faster at every shape (benchmarks/codec_step.py variants `ttail`, `tdil`, `tconv`). H200, 64 chunks
+    # of 10 frames, one conv alone: 384 channels at dilation 9 0.89 ms against cuDNN's 7.47, 96 channels 0.98 against
+    # 1.08-1.31, 768 channels 0.82-0.89 against 0.37-0.51; in the compiled codec the tails cost 8 ms more than cuDNN's
+    # (the last conv's fusion broke) (results/h200/2026-12-02_session13).
     codec_conv_kernels: str = "off"
     # Inductor's layout optimization in the compiled codec (channels-last buffers around convs; inductor's default).
     # To be timed off (variant `nolayout`): session 12's and 13's profiles show the SnakeBeta passes between the convs
     # at about a tenth of the H200's memory bandwidth.
     codec_layout_optimization: bool = True
+    # Compile the codec with its batch and chunk length dynamic but bounded by the largest call the server makes
+    # (lanes' and inline batches, the longest chunk): inductor can then index in 32 bits and need not divide by
+    # runtime sizes (Qwen3CodecProgram's shape_bounds). Off until timed (codec_step variant `bounded`).
+    codec_bounded_shapes: bool = False
+    # The chunk length dynamic in the compiled codec: one compile for every length. Off, one compile per length (5 and
+    # 10 frames by default), whose element-wise kernels divide by constants (codec_step variant `static-frames`;
+    # session 6's timing of it compiled nothing of its own, so it is untimed).
+    codec_dynamic_frames: bool = True
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -191,15 +201,17 @@ class VoxServeConfig:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
         for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
                      "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
-                     "codec_gemm_wide_dilated_convs", "codec_layout_optimization"):
+                     "codec_gemm_wide_dilated_convs", "codec_layout_optimization", "codec_bounded_shapes",
+                     "codec_dynamic_frames"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         for name, least in (("codec_rows_per_call", 0), ("codec_gemm_dilated_min_channels", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"voxserve.{name} must be an integer >= {least}, got {value!r}")
-        if self.codec_conv_kernels not in ("off", "tails", "all"):
-            raise ValueError(f"voxserve.codec_conv_kernels must be off, tails or all, got {self.codec_conv_kernels!r}")
+        if self.codec_conv_kernels not in ("off", "tails", "dilated", "all"):
+            raise ValueError(f"voxserve.codec_conv_kernels must be off, tails, dilated or all, "
+                             f"got {self.codec_conv_kernels!r}")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -219,6 +231,14 @@ class VoxServeConfig:
             raise ValueError(f"voxserve.lanes.frame_counts {list(lanes.frame_counts)} must contain the chunk sizes "
                              f"{sorted(chunk_sizes)} (first_chunk_frames, chunk_frames)")
         object.__setattr__(self, "lanes", lanes)  # frozen: settle the parsed value once
+
+    def codec_call_bounds(self) -> tuple[int, int]:
+        """(most chunks, most frames) of one codec call the server makes: the lanes' largest batches and the inline
+        codec's (at most codec_rows_per_call of them a call), and the longest chunk."""
+        rows = max(self.lanes.background_max_batch, *self.lanes.urgent_buckets, self.max_codec_batch)
+        if self.codec_rows_per_call:
+            rows = min(rows, self.codec_rows_per_call)
+        return max(rows, 2), max(*self.lanes.frame_counts, self.first_chunk_frames, self.chunk_frames, 2)
 
     def scheduler_policy(self) -> SchedulerPolicyConfig:
         """The scheduling policy: `scheduler` plus the SLO and chunking set at the top level (the server-default

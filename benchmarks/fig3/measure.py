@@ -46,7 +46,8 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
 
 def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, gemm_low_rate_convs: bool = False,
                 gemm_wide_dilated_convs: bool = False, gemm_dilated_min_channels: int = 512, rows_per_call: int = 0,
-                conv_kernels: str = "off", layout_optimization: bool = True):
+                conv_kernels: str = "off", layout_optimization: bool = True, dynamic_frames: bool = True,
+                shape_bounds: tuple[int, int] | None = None):
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
     from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -57,7 +58,8 @@ def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, 
     return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile, channels_last=channels_last,
                              gemm_low_rate_convs=gemm_low_rate_convs, gemm_wide_dilated_convs=gemm_wide_dilated_convs,
                              gemm_dilated_min_channels=gemm_dilated_min_channels, rows_per_call=rows_per_call,
-                             conv_kernels=conv_kernels, layout_optimization=layout_optimization)
+                             conv_kernels=conv_kernels, layout_optimization=layout_optimization,
+                             dynamic_frames=dynamic_frames, shape_bounds=shape_bounds)
 
 
 def main() -> None:
@@ -80,10 +82,14 @@ def main() -> None:
                     help="the fewest channels of a dilated conv made a matmul by the previous switch")
     ap.add_argument("--codec-rows-per-call", type=int, default=served.codec_rows_per_call,
                     help="decode a codec batch as calls of at most this many chunks (0: one call)")
-    ap.add_argument("--codec-conv-kernels", choices=("off", "tails", "all"), default=served.codec_conv_kernels,
+    ap.add_argument("--codec-conv-kernels", choices=("off", "tails", "dilated", "all"), default=served.codec_conv_kernels,
                     help="the vocoder's residual units on the Triton conv kernel")
     ap.add_argument("--codec-layout-optimization", action=argparse.BooleanOptionalAction,
                     default=served.codec_layout_optimization, help="inductor's layout optimization in the codec")
+    ap.add_argument("--codec-bounded-shapes", action=argparse.BooleanOptionalAction,
+                    default=served.codec_bounded_shapes, help="compile for this codec batch and chunk length at most")
+    ap.add_argument("--codec-dynamic-frames", action=argparse.BooleanOptionalAction,
+                    default=served.codec_dynamic_frames, help="the chunk length dynamic in the compiled codec")
     ap.add_argument("--codec-headroom", type=float, default=CODEC_HEADROOM,
                     help="codec frames per backbone frame a split must measure to keep up (split_chooser)")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
@@ -98,7 +104,10 @@ def main() -> None:
                                                                               args.codec_gemm_dilated_min_channels,
                                                                               args.codec_rows_per_call,
                                                                               args.codec_conv_kernels,
-                                                                              args.codec_layout_optimization)
+                                                                              args.codec_layout_optimization,
+                                                                              args.codec_dynamic_frames,
+                                                                              (max(2, args.codec_batch), max(2, args.frames))
+                                                                              if args.codec_bounded_shapes else None)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()

@@ -20,11 +20,13 @@ def timed(variant_times: dict[str, dict[tuple[int, int, str], float]]) -> dict:
     return {"rows": list(rows.values())}
 
 
-def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0, kernels="off", layout=True) -> dict:
+def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0, kernels="off", layout=True, bounded=False,
+         dynamic_frames=True) -> dict:
     """The switches a served codec form sets (defaults: the served form, `graph+compile+dgemm`)."""
     return {"codec_channels_last": nhwc, "codec_gemm_low_rate_convs": gemm, "codec_gemm_wide_dilated_convs": dilated,
             "codec_gemm_dilated_min_channels": min_channels, "codec_rows_per_call": rows,
-            "codec_conv_kernels": kernels, "codec_layout_optimization": layout}
+            "codec_conv_kernels": kernels, "codec_layout_optimization": layout, "codec_bounded_shapes": bounded,
+            "codec_dynamic_frames": dynamic_frames}
 
 
 # Session 12's H200 timings (ms, CUDA graph replays, whole GPU / 64 SMs), benchmarks/results/h200/2026-12-01_session12
@@ -100,6 +102,7 @@ def test_fig3_runs_the_forms_the_server_runs(capsys):
     adgemm = {"voxserve": form(nhwc=True, min_channels=1, rows=16)}  # Figure 3 times the form served, cliffs fenced
     assert fig3_flags(adgemm) == ("--codec-channels-last --no-codec-gemm-low-rate-convs "
                                   "--codec-gemm-wide-dilated-convs --codec-layout-optimization "
+                                  "--no-codec-bounded-shapes --codec-dynamic-frames "
                                   "--codec-gemm-dilated-min-channels 1 --codec-rows-per-call 16 --codec-conv-kernels off")
 
 
@@ -123,6 +126,9 @@ def test_a_variant_names_every_switch_it_ran_with():
     assert switches("graph+compile+gemm+adgemm") == form(gemm=True, min_channels=1)
     assert switches("graph+compile+tconv") == form(dilated=False, kernels="all")
     assert switches("graph+compile+dgemm+ttail+nolayout") == form(kernels="tails", layout=False)
+    assert switches("graph+compile+dgemm+tdil") == form(kernels="dilated")
+    assert switches("graph+compile+dgemm+bounded") == form(bounded=True)
+    assert switches("graph+compile+dgemm+static-frames") == form(dynamic_frames=False)
     assert switches("graph+compile+ttail+tconv") is None  # one kernel option
     assert switches("graph") is None and switches("graph+compile+1x1mm") is None  # not a served form
     best, _ = fastest_variant(result(**{"": 11.24, "_dgemm": 7.90, "_1x1mm": 1.0}))  # session 7, and a non-form

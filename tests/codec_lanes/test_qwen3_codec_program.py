@@ -55,6 +55,29 @@ def test_qwen3_codec_on_the_lanes_matches_its_full_decode(rows_per_call):
         assert torch.allclose(torch.cat([x.audio for x in mine]), full, atol=1e-5)
 
 
+@torch.inference_mode()
+def test_bounded_and_static_compiles_decode_as_the_eager_one():
+    """`shape_bounds` and `dynamic_frames=False` (CPU inductor): the same audio as eager calls; a graph per chunk length
+    within the bounds (batch 1 among them), and one more for a batch past them."""
+    from torch._dynamo.utils import counters
+
+    decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    torch._dynamo.reset()
+    graphs_before = counters["stats"]["unique_graphs"]
+    program = Qwen3CodecProgram(decoder, compile=True, dynamic_frames=False, shape_bounds=(3, 4))
+    eager = Qwen3CodecProgram(decoder)
+    pools = [p.make_state_pool(6, torch.device("cpu")) for p in (program, eager)]
+    g = torch.Generator().manual_seed(0)
+    for b, f in ((3, 4), (1, 4), (2, 2), (3, 2), (5, 4)):
+        codes = torch.randint(0, 32, (b, f, 16), generator=g)
+        got, want = (p.decode(codes, torch.arange(b), pool) for p, pool in zip((program, eager), pools))
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    assert counters["stats"]["unique_graphs"] - graphs_before == 3
+    with pytest.raises(ValueError, match="shape_bounds"):
+        Qwen3CodecProgram(decoder, shape_bounds=(1, 10))
+
+
 @pytest.mark.gpu
 @torch.no_grad()
 def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():

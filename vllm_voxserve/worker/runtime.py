@@ -49,7 +49,9 @@ class SpeechRuntime:
                                     rows_per_call=config.codec_rows_per_call,
                                     gemm_dilated_min_channels=config.codec_gemm_dilated_min_channels,
                                     conv_kernels=config.codec_conv_kernels,
-                                    layout_optimization=config.codec_layout_optimization)
+                                    layout_optimization=config.codec_layout_optimization,
+                                    dynamic_frames=config.codec_dynamic_frames,
+                                    shape_bounds=config.codec_call_bounds() if config.codec_bounded_shapes else None)
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()

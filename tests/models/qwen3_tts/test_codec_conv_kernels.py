@@ -11,7 +11,7 @@ from tests.models.qwen3_tts.test_cp_kernels import interpret
 from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
-from vllm_voxserve.models.qwen3_tts.codec.layers import ResidualUnit, SnakeBeta, use_conv_kernels
+from vllm_voxserve.models.qwen3_tts.codec.layers import ResidualUnit, SnakeBeta, use_conv_kernels, use_gemm
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
 
 # (channels, out channels, taps, dilation, input columns, snake, residual, bias): the served residual units' shapes
@@ -109,16 +109,26 @@ print("ok")
     interpret(script)
 
 
-def test_use_conv_kernels_marks_every_residual_unit_and_streams_on_cpu():
-    """On CPU the operator is the tensor code: the same decoder on it decodes as the plain one."""
+@pytest.mark.parametrize("mode", ["tails", "dilated", "all"])
+def test_use_conv_kernels_marks_the_residual_units_convs_and_streams_on_cpu(mode):
+    """On CPU the operator is the tensor code: the same decoder on it decodes as the plain one. "dilated" leaves the
+    convs that are already matmuls (the first block's here) and the undilated ones to their forms."""
     torch.manual_seed(0)
     decoder = CodecDecoder(SMALL_WINDOW_CONFIG).eval()
     init_codec_decoder_weights(decoder, seed=3)
     kernels = copy.deepcopy(decoder)
-    use_conv_kernels(kernels)
+    use_gemm(kernels.wide_dilated_convs(min_channels=48))  # the first block's two (48 channels)
+    use_conv_kernels(kernels, mode)
     units = [m for m in kernels.modules() if isinstance(m, ResidualUnit)]
     assert len(units) == 3 * len(SMALL_WINDOW_CONFIG.upsample_rates)
-    assert all(u.fused_tail and u.conv1.kernel and not u.conv2.kernel for u in units)
+    on_kernel = [(u.conv1.conv.in_channels, u.conv1.conv.dilation[0]) for u in units if u.conv1.kernel]
+    if mode == "tails":
+        assert not on_kernel
+    elif mode == "dilated":
+        assert on_kernel == [(c, d) for c in (24, 12, 6) for d in (3, 9)]
+    else:
+        assert len(on_kernel) == len(units)
+    assert all(u.fused_tail == (mode != "dilated") and not u.conv2.kernel for u in units)
     assert not kernels.decoder[0].kernel  # only the residual units
     codes = torch.randint(0, 2048, (2, 9, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

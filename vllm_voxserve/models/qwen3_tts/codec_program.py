@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
-from vllm_voxserve.models.qwen3_tts.codec.layers import use_channels_last, use_conv_kernels, use_gemm
+from vllm_voxserve.models.qwen3_tts.codec.layers import KERNEL_MODES, use_channels_last, use_conv_kernels, use_gemm
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, StateLayout, decode_and_pack, decode_chunk
 
 
-CONV_KERNELS = ("off", "tails", "all")
+CONV_KERNELS = ("off", *KERNEL_MODES)
 
 
 class Qwen3CodecProgram:
@@ -20,16 +20,21 @@ class Qwen3CodecProgram:
                  channels_last: bool = False, gemm_low_rate_convs: bool = False,
                  gemm_wide_dilated_convs: bool = False, rows_per_call: int = 0,
                  gemm_dilated_min_channels: int = 512, conv_kernels: str = "off",
-                 layout_optimization: bool = True) -> None:
+                 layout_optimization: bool = True, shape_bounds: tuple[int, int] | None = None) -> None:
         """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`).
         `gemm_low_rate_convs`: its convs before the upsampling (`low_rate_convs`) as matmuls (`layers.use_gemm`;
         changes `decoder`). `gemm_wide_dilated_convs`: its dilated convs of at least
         `gemm_dilated_min_channels` channels (`wide_dilated_convs`) so.
         `rows_per_call`: decode a larger batch as calls of at most this many rows, one after another (0: one call).
-        `conv_kernels`: "tails" runs its residual units' SnakeBeta -> conv k1 -> + input on the Triton conv kernel,
-        "all" their dilated convs too (`layers.use_conv_kernels`; changes `decoder`), "off" neither.
+        `conv_kernels`: its residual units on the Triton conv kernel (`layers.use_conv_kernels`: "tails", "dilated"
+        or "all"; changes `decoder`; after the matmul forms above), or "off".
         `layout_optimization`: inductor's choice of channels-last buffers around convs (its default); off, the compiled
-        codec keeps every buffer as the modules make it."""
+        codec keeps every buffer as the modules make it.
+        `shape_bounds`: (most rows, most frames) of the calls the compiled graph serves with bounded dynamic sizes
+        (larger calls get a graph of their own). Unbounded, inductor indexes every buffer in 64 bits and divides by
+        runtime sizes; bounded so that every buffer fits 32 bits, it need not (the H200 profiles show the codec's
+        element-wise passes at about a tenth of the memory bandwidth in the compiled graph and at a third alone
+        with static sizes: results/h200/2026-12-02_session13)."""
         if rows_per_call < 0:
             raise ValueError(f"rows_per_call must be >= 0, got {rows_per_call}")
         if channels_last:
@@ -41,7 +46,7 @@ class Qwen3CodecProgram:
         if conv_kernels not in CONV_KERNELS:
             raise ValueError(f"conv_kernels must be one of {CONV_KERNELS}, got {conv_kernels!r}")
         if conv_kernels != "off":
-            use_conv_kernels(decoder, dilated_convs=conv_kernels == "all")
+            use_conv_kernels(decoder, conv_kernels)
         self.decoder = decoder
         # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
         # its new state. Compiled on first use with the batch size and (dynamic_frames) the chunk length dynamic: one
@@ -51,6 +56,10 @@ class Qwen3CodecProgram:
         options = None if layout_optimization else {"layout_optimization": False}
         self._compiled = torch.compile(self._decode_and_pack, options=options) if compile else None
         self._dynamic_dims = ((0, 2) if dynamic_frames else (0,), (0,), (0,))  # codes [B, Q, F], position, block
+        self.dynamic_frames = dynamic_frames
+        if shape_bounds is not None and min(shape_bounds) < 2:
+            raise ValueError(f"shape_bounds must be at least (2, 2), got {shape_bounds}")
+        self.shape_bounds = shape_bounds
         self.state_dtype = state_dtype
         # The H200 times channels-last convs 1.5x faster than the plain ones at 16 chunks and 13x slower at 64 (one
         # cuDNN kernel; results/h200/2026-12-01_session11): capped rows keep the kernels of the fast batch.
@@ -81,9 +90,16 @@ class Qwen3CodecProgram:
         lone = codes.shape[0] == 1
         if lone:  # batch 1 as batch 2: the compiled graph never sees size 1 (rows are independent; the copy is dropped)
             codes, position, block = _twice(codes), _twice(position), _twice(block)
+        bounds = self.shape_bounds
+        bounded = bounds is not None and codes.shape[0] <= bounds[0] and 2 <= codes.shape[2] <= bounds[1]
         for t, dims in zip((codes, position, block), self._dynamic_dims, strict=True):
             for dim in dims:
-                torch._dynamo.maybe_mark_dynamic(t, dim)
+                if bounded:  # (batch 1 runs as 2 above)
+                    torch._dynamo.mark_dynamic(t, dim, min=2, max=bounds[0] if dim == 0 else bounds[1])
+                else:
+                    torch._dynamo.maybe_mark_dynamic(t, dim)
+        if not self.dynamic_frames:  # one graph per chunk length: dynamo would make the length dynamic at the second
+            torch._dynamo.mark_static(codes, 2)
         wav, position, block = self._compiled(codes, position, block)
         return (wav[:1], position[:1], block[:1]) if lone else (wav, position, block)
 

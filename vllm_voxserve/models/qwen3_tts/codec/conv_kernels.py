@@ -57,9 +57,14 @@ def _out_len(x: torch.Tensor, weight: torch.Tensor, dilation: int) -> int:
     return x.shape[-1] - (weight.shape[-1] - 1) * dilation
 
 
-# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages) by (in channels, out channels, taps); `tile` below otherwise.
-# Set from benchmarks/codec_conv_tiles.py on the H200.
-TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
+# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages) by (in channels, out channels, taps): the least time over 64
+# chunks of 10 frames (and 4 of 5 for the tails) of 8 tiles on the H200 (benchmarks/codec_conv_tiles.py,
+# results/h200/2026-12-02_session13/codec/tiles_*.json); `tile` below for other shapes.
+TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
+    (768, 768, 7): (128, 128, 32, 8, 3), (384, 384, 7): (128, 128, 32, 8, 3), (192, 192, 7): (64, 128, 32, 4, 3),
+    (96, 96, 7): (128, 128, 32, 8, 3), (768, 768, 1): (128, 64, 32, 4, 3), (384, 384, 1): (128, 128, 32, 8, 3),
+    (192, 192, 1): (128, 128, 32, 8, 3), (96, 96, 1): (128, 128, 32, 8, 3),
+}
 
 
 def tile(channels: int, out_channels: int, taps: int) -> tuple[int, int, int, int, int]:

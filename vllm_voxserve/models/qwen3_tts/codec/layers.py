@@ -104,19 +104,25 @@ def use_gemm(convs: list[nn.Module]) -> None:
         conv_module.as_gemm = True
 
 
-def use_conv_kernels(module: nn.Module, dilated_convs: bool = True) -> None:
-    """Run every residual unit under `module` on `conv_kernels.codec_conv`: its SnakeBeta -> conv k1 -> + input as
-    one kernel and (`dilated_convs`) its dilated conv as another, instead of cuDNN's convs with layout conversions
-    around them and element-wise passes between. Takes precedence over `use_gemm` and `use_channels_last` there.
-    A dilated conv's weight is stored tap-major (same values): the kernel reads one tap's [out, in] block at a time."""
+KERNEL_MODES = ("tails", "dilated", "all")
+
+
+def use_conv_kernels(module: nn.Module, mode: str = "all") -> None:
+    """Run the residual units under `module` on `conv_kernels.codec_conv` instead of cuDNN's convs (with layout
+    conversions around them) and element-wise passes: "tails" their SnakeBeta -> conv k1 -> + input as one kernel,
+    "dilated" their convs at dilation > 1 not already matmuls (`use_gemm`), "all" both and every k7 conv. Takes
+    precedence over `use_gemm` and `use_channels_last` for those convs. A conv's weight is stored tap-major (same
+    values): the kernel reads one tap's [out, in] block at a time."""
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"conv kernel mode must be one of {KERNEL_MODES}, got {mode!r}")
     for unit in module.modules():
         if isinstance(unit, ResidualUnit):
-            unit.fused_tail = True
-            if dilated_convs:
-                conv = unit.conv1.conv
-                tap_major = conv.weight.detach().permute(2, 0, 1).contiguous().permute(1, 2, 0)
-                conv.weight = nn.Parameter(tap_major, requires_grad=False)
-                unit.conv1.kernel = True
+            unit.fused_tail = mode in ("tails", "all")
+            conv = unit.conv1
+            if mode == "all" or (mode == "dilated" and conv.conv.dilation[0] > 1 and not conv.as_gemm):
+                tap_major = conv.conv.weight.detach().permute(2, 0, 1).contiguous().permute(1, 2, 0)
+                conv.conv.weight = nn.Parameter(tap_major, requires_grad=False)
+                conv.kernel = True
 
 
 def use_channels_last(module: nn.Module) -> None:
