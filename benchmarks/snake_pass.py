@@ -4,9 +4,10 @@
     python -m benchmarks.snake_pass --batch 64 --frames 10
 
 Session 12's and 13's H200 profiles of the compiled codec (64 chunks of 10 frames) show each SnakeBeta + history
-concat pass at this size taking 1.2 ms, about 0.4 TB/s. The forms: the pass as the codec runs it (history from the
-packed state block, new history written back), with a contiguous history, without the concat, SnakeBeta alone on
-a channels-last tensor, and a copy.
+concat pass at this size taking 1.2 ms, about 0.4 TB/s; alone with static sizes it took 0.36 ms. The forms: the pass
+as the codec runs it (history from the packed state block, new history written back), with the batch dynamic, with
+the batch and the length dynamic (as the compiled codec's sizes), with a contiguous history, without the concat,
+SnakeBeta alone on a channels-last tensor, and a copy.
 """
 
 from __future__ import annotations
@@ -37,11 +38,22 @@ def main() -> None:
 
     def with_history(x, hist, alpha, beta):
         ext = torch.cat([hist, snake(x, alpha, beta)], dim=-1)
-        return ext, ext[..., -h:].reshape(b, -1)
+        return ext, ext[..., -h:].reshape(x.shape[0], -1)
+
+    def dynamic(*dims):
+        """A compiled pass of its own (dynamo caches by code object) over copies of the inputs with these dims of
+        `x` (and the batch of the history) marked dynamic, as the codec program marks its inputs."""
+        xd, hd = x.clone(), packed.clone()[:, 5000:5000 + c * h].view(b, c, h)
+        for dim in dims:
+            torch._dynamo.mark_dynamic(xd, dim)
+        torch._dynamo.mark_dynamic(hd, 0)
+        return torch.compile(lambda x, hist, alpha, beta: with_history(x, hist, alpha, beta)), (xd, hd, alpha, beta)
 
     forms = {
         "snake+cat, packed history": (torch.compile(with_history), (x, packed_history, alpha, beta)),
-        "snake+cat, contiguous history": (torch.compile(with_history), (x, history, alpha, beta)),
+        "snake+cat, batch dynamic": dynamic(0),
+        "snake+cat, batch and length dynamic": dynamic(0, 2),
+        "snake+cat, contiguous history": (torch.compile(lambda *a: with_history(*a)), (x, history, alpha, beta)),
         "snake alone": (torch.compile(snake), (x, alpha, beta)),
         "snake alone, channels-last input": (torch.compile(snake),
                                              (x.transpose(1, 2).contiguous().transpose(1, 2), alpha, beta)),

@@ -176,16 +176,18 @@ class VoxServeConfig:
     # (the last conv's fusion broke) (results/h200/2026-12-02_session13).
     codec_conv_kernels: str = "off"
     # Inductor's layout optimization in the compiled codec (channels-last buffers around convs; inductor's default).
-    # To be timed off (variant `nolayout`): session 12's and 13's profiles show the SnakeBeta passes between the convs
-    # at about a tenth of the H200's memory bandwidth.
+    # Off (variant `nolayout`) the H200 ran the same kernels in the same time (results/h200/2026-12-02_session13).
     codec_layout_optimization: bool = True
     # Compile the codec with its batch and chunk length dynamic but bounded by the largest call the server makes
-    # (lanes' and inline batches, the longest chunk): inductor can then index in 32 bits and need not divide by
-    # runtime sizes (Qwen3CodecProgram's shape_bounds). Off until timed (codec_step variant `bounded`).
+    # (lanes' and inline batches, the longest chunk; Qwen3CodecProgram's shape_bounds), so that inductor proves 32-bit
+    # indexing from the bounds (unbounded, it takes the compile-time sizes and guards on them). Off until timed
+    # (codec_step variant `bounded`).
     codec_bounded_shapes: bool = False
     # The chunk length dynamic in the compiled codec: one compile for every length. Off, one compile per length (5 and
-    # 10 frames by default), whose element-wise kernels divide by constants (codec_step variant `static-frames`;
-    # session 6's timing of it compiled nothing of its own, so it is untimed).
+    # 10 frames by default), whose element-wise kernels index by constant sizes instead of dividing by runtime ones;
+    # the H200 ran a SnakeBeta pass with static sizes 3.4-3.8x faster than the same pass in the dynamic codec
+    # (results/h200/2026-12-02_session13). Untimed in the codec (codec_step variant `static-frames`; session 6's
+    # timing of it reused a compiled graph and measured nothing of its own).
     codec_dynamic_frames: bool = True
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.

@@ -44,10 +44,28 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
     return start.elapsed_time(end) / reps
 
 
-def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, gemm_low_rate_convs: bool = False,
-                gemm_wide_dilated_convs: bool = False, gemm_dilated_min_channels: int = 512, rows_per_call: int = 0,
-                conv_kernels: str = "off", layout_optimization: bool = True, dynamic_frames: bool = True,
-                shape_bounds: tuple[int, int] | None = None):
+# the codec's form switches in the served config: (Qwen3CodecProgram argument, flag help); each one a flag named as
+# the switch, defaulting to the served value (benchmarks.codec_layout_choice.fig3_flags writes them)
+BOOLEAN_FORMS = {
+    "codec_channels_last": ("channels_last", "the codec's convs channels-last"),
+    "codec_gemm_low_rate_convs": ("gemm_low_rate_convs", "the codec's convs before the upsampling as matmuls"),
+    "codec_gemm_wide_dilated_convs": ("gemm_wide_dilated_convs", "the codec's wide dilated convs as matmuls"),
+    "codec_layout_optimization": ("layout_optimization", "inductor's layout optimization in the codec"),
+    "codec_dynamic_frames": ("dynamic_frames", "the chunk length dynamic in the compiled codec"),
+    "codec_bounded_shapes": (None, "compile for this codec batch and chunk length at most"),
+}
+VALUE_FORMS = {
+    "codec_gemm_dilated_min_channels": ("gemm_dilated_min_channels", int,
+                                        "the fewest channels of a dilated conv made a matmul (wide dilated convs)"),
+    "codec_rows_per_call": ("rows_per_call", int, "decode a codec batch as calls of at most this many chunks (0: one)"),
+    "codec_conv_kernels": ("conv_kernels", str, "the vocoder's residual units on the Triton conv kernel (off, tails, "
+                                                "dilated, all)"),
+}
+
+
+def build_codec(dtype: torch.dtype, compile: bool, **forms):
+    """The real-shaped codec (random weights) as a compiled program on the GPU; `forms`: Qwen3CodecProgram's
+    conv-form and compile arguments."""
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
     from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -55,11 +73,7 @@ def build_codec(dtype: torch.dtype, compile: bool, channels_last: bool = False, 
 
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
-    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile, channels_last=channels_last,
-                             gemm_low_rate_convs=gemm_low_rate_convs, gemm_wide_dilated_convs=gemm_wide_dilated_convs,
-                             gemm_dilated_min_channels=gemm_dilated_min_channels, rows_per_call=rows_per_call,
-                             conv_kernels=conv_kernels, layout_optimization=layout_optimization,
-                             dynamic_frames=dynamic_frames, shape_bounds=shape_bounds)
+    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile, **forms)
 
 
 def main() -> None:
@@ -72,24 +86,11 @@ def main() -> None:
     ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--no-codec-compile", action="store_true", help="the codec uncompiled (served default: compiled)")
     served = VoxServeConfig()  # the codec's conv forms default to the served ones
-    ap.add_argument("--codec-channels-last", action=argparse.BooleanOptionalAction,
-                    default=served.codec_channels_last, help="the codec's convs channels-last")
-    ap.add_argument("--codec-gemm-low-rate-convs", action=argparse.BooleanOptionalAction,
-                    default=served.codec_gemm_low_rate_convs, help="the codec's convs before the upsampling as matmuls")
-    ap.add_argument("--codec-gemm-wide-dilated-convs", action=argparse.BooleanOptionalAction,
-                    default=served.codec_gemm_wide_dilated_convs, help="the codec's wide dilated convs as matmuls")
-    ap.add_argument("--codec-gemm-dilated-min-channels", type=int, default=served.codec_gemm_dilated_min_channels,
-                    help="the fewest channels of a dilated conv made a matmul by the previous switch")
-    ap.add_argument("--codec-rows-per-call", type=int, default=served.codec_rows_per_call,
-                    help="decode a codec batch as calls of at most this many chunks (0: one call)")
-    ap.add_argument("--codec-conv-kernels", choices=("off", "tails", "dilated", "all"), default=served.codec_conv_kernels,
-                    help="the vocoder's residual units on the Triton conv kernel")
-    ap.add_argument("--codec-layout-optimization", action=argparse.BooleanOptionalAction,
-                    default=served.codec_layout_optimization, help="inductor's layout optimization in the codec")
-    ap.add_argument("--codec-bounded-shapes", action=argparse.BooleanOptionalAction,
-                    default=served.codec_bounded_shapes, help="compile for this codec batch and chunk length at most")
-    ap.add_argument("--codec-dynamic-frames", action=argparse.BooleanOptionalAction,
-                    default=served.codec_dynamic_frames, help="the chunk length dynamic in the compiled codec")
+    for key, (_, text) in BOOLEAN_FORMS.items():
+        ap.add_argument("--" + key.replace("_", "-"), action=argparse.BooleanOptionalAction, default=getattr(served, key),
+                        help=text)
+    for key, (_, kind, text) in VALUE_FORMS.items():
+        ap.add_argument("--" + key.replace("_", "-"), type=kind, default=getattr(served, key), help=text)
     ap.add_argument("--codec-headroom", type=float, default=CODEC_HEADROOM,
                     help="codec frames per backbone frame a split must measure to keep up (split_chooser)")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
@@ -97,17 +98,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
-    backbone, codec = backbone_step_factory(context=args.context), build_codec(dtype, not args.no_codec_compile,
-                                                                              args.codec_channels_last,
-                                                                              args.codec_gemm_low_rate_convs,
-                                                                              args.codec_gemm_wide_dilated_convs,
-                                                                              args.codec_gemm_dilated_min_channels,
-                                                                              args.codec_rows_per_call,
-                                                                              args.codec_conv_kernels,
-                                                                              args.codec_layout_optimization,
-                                                                              args.codec_dynamic_frames,
-                                                                              (max(2, args.codec_batch), max(2, args.frames))
-                                                                              if args.codec_bounded_shapes else None)
+    forms = {arg: getattr(args, key) for key, (arg, *_) in (BOOLEAN_FORMS | VALUE_FORMS).items() if arg}
+    if args.codec_bounded_shapes:
+        forms["shape_bounds"] = (max(2, args.codec_batch), max(2, args.frames))
+    backbone = backbone_step_factory(context=args.context)
+    codec = build_codec(dtype, not args.no_codec_compile, **forms)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()

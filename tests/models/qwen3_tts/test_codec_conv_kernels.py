@@ -102,7 +102,8 @@ with torch.no_grad():
     slots = torch.tensor([1])
     pool.reset(slots)
     wav = torch.cat([decode_chunk(kernels, codes[:, a:b], slots, pool)[0] for a, b in ((0, 2), (2, 6))])
-assert len(called) == 2 * 2 * 3 * len(SMALL_WINDOW_CONFIG.upsample_rates), len(called)  # 2 calls a unit a chunk
+# a chunk: 2 calls a residual unit, 1 for the last conv
+assert len(called) == 2 * (2 * 3 * len(SMALL_WINDOW_CONFIG.upsample_rates) + 1), len(called)
 assert (wav - full).abs().max().item() <= 1e-4, (wav - full).abs().max().item()
 print("ok")
 """
@@ -129,7 +130,8 @@ def test_use_conv_kernels_marks_the_residual_units_convs_and_streams_on_cpu(mode
     else:
         assert len(on_kernel) == len(units)
     assert all(u.fused_tail == (mode != "dilated") and not u.conv2.kernel for u in units)
-    assert not kernels.decoder[0].kernel  # only the residual units
+    assert kernels.decoder[-1].kernel == (mode != "dilated")  # the last conv, with the tails
+    assert not kernels.decoder[0].kernel
     codes = torch.randint(0, 2048, (2, 9, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         full = decoder(codes.transpose(1, 2))[:, 0]

@@ -43,10 +43,10 @@ class CausalConv1d(nn.Module):
         # The last conv (to the waveform) has one output channel, too few for cuDNN's tensor-core kernels; compiled,
         # it is one reduction kernel instead. (Session 4's served trace's implicit_convolve_sgemm was taken for it;
         # session 7's profile showed those were the wide dilated convs, which `use_gemm` turns into matmuls.)
-        if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
-            return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         if self.kernel:
             return codec_conv(x, self.conv.weight, self.conv.bias, None, None, None, self.conv.dilation[0])
+        if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
+            return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         if self.as_gemm:
             return conv_as_gemm(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         return conv_channels_last(self.conv, x) if self.channels_last else self.conv(x)
@@ -112,9 +112,13 @@ def use_conv_kernels(module: nn.Module, mode: str = "all") -> None:
     conversions around them) and element-wise passes: "tails" their SnakeBeta -> conv k1 -> + input as one kernel,
     "dilated" their convs at dilation > 1 not already matmuls (`use_gemm`), "all" both and every k7 conv. Takes
     precedence over `use_gemm` and `use_channels_last` for those convs. A conv's weight is stored tap-major (same
-    values): the kernel reads one tap's [out, in] block at a time."""
+    values): the kernel reads one tap's [out, in] block at a time. With the tails on the kernel, the last conv (to one
+    channel) is too: compiled after a tail kernel, inductor unfolded its windows into a 7 ms pass (session 13)."""
     if mode not in KERNEL_MODES:
         raise ValueError(f"conv kernel mode must be one of {KERNEL_MODES}, got {mode!r}")
+    for conv in module.modules():
+        if mode != "dilated" and isinstance(conv, CausalConv1d) and conv.conv.out_channels == 1:
+            conv.kernel = True
     for unit in module.modules():
         if isinstance(unit, ResidualUnit):
             unit.fused_tail = mode in ("tails", "all")
