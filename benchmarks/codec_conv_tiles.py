@@ -64,17 +64,19 @@ def main() -> None:
         for batch, frames in shapes:
             g = torch.Generator(device="cuda").manual_seed(channels)
             length = frames * per_frame
-            x = torch.randn(batch, channels, length + (taps - 1) * dilation, device="cuda", generator=g).bfloat16()
-            w = (torch.randn(channels, channels, taps, device="cuda", generator=g) * (channels * taps) ** -0.5).bfloat16()
+            def make(*shape, scale=1.0):
+                return (torch.randn(*shape, device="cuda", generator=g) * scale).bfloat16()
+
+            x = make(batch, channels, length + (taps - 1) * dilation)
+            w = make(channels, channels, taps, scale=(channels * taps) ** -0.5)
             w = w.permute(2, 0, 1).contiguous().permute(1, 2, 0)  # tap-major, as use_conv_kernels stores it
-            b = torch.randn(channels, device="cuda", generator=g).bfloat16()
-            alpha, beta = (torch.randn(2, channels, device="cuda", generator=g) * 0.3).bfloat16() if tail else (None, None)
-            res = torch.randn(batch, channels, length, device="cuda", generator=g).bfloat16() if tail else None
+            b = make(channels)
+            alpha, beta = make(2, channels, scale=0.3) if tail else (None, None)
+            res = make(batch, channels, length) if tail else None
             row = {"channels": channels, "taps": taps, "dilation": dilation, "batch": batch, "frames": frames,
                    "cudnn_ms": time_ms(lambda: F.conv1d(x, w, b, dilation=dilation), args.reps)}
-            want = conv_kernels.conv_reference(x.float(), w.float(), b.float(), None if alpha is None else alpha.float(),
-                                               None if beta is None else beta.float(),
-                                               None if res is None else res.float(), dilation)
+            want = conv_kernels.conv_reference(*(t if t is None else t.float() for t in (x, w, b, alpha, beta, res)),
+                                               dilation)
             served = conv_kernels.TILES.get((channels, channels, taps))
             for tile in CANDIDATES:
                 conv_kernels.TILES[channels, channels, taps] = tile

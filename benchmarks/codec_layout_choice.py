@@ -4,14 +4,14 @@
     python -m benchmarks.codec_layout_choice --fig3-flags '{"voxserve": {...}}'      # the same forms for fig3.measure
     python -m benchmarks.codec_layout_choice --split-from fig3.json '{"voxserve": {...}}'  # Figure 3's chosen split
 
-Of the compiled variants (`graph+compile` with any of `nhwc`, `gemm`, `dgemm`, `dgemmN`, `adgemm`, `tconv`, `rowsN`), the
-one with the least total time over every timed shape, among those no slower than the baselines at any shape (within
-TOLERANCE), sets every conv switch in the config as it ran (`codec_channels_last`, `codec_gemm_low_rate_convs`,
-`codec_gemm_wide_dilated_convs`, `codec_conv_kernels`: on for its options, off for the others; `codec_gemm_dilated_min_channels`,
-`codec_rows_per_call`: its N, or the defaults; so the server runs what was timed whatever the defaults); the reason
-goes to stderr. Channels-last convs have cliffs at some shapes (one cuDNN kernel for one dilated conv: 1.5x faster
-at 16 chunks, 13x slower at 64 and at 4 chunks, sessions 6, 11, 12): a form is served only where it was timed at
-every shape."""
+Of the compiled variants (`graph+compile` with any of the options `switches` reads: `nhwc`, `gemm`, `dgemm`, `dgemmN`,
+`adgemm`, `ttail`, `tdil`, `tconv`, `nolayout`, `bounded`, `static-frames`, `rowsN`), the one with the least total
+time over every timed shape, among those no slower than the baselines at any shape (within TOLERANCE) and whose
+samples match the first timed form's (MAX_DEVIATION), sets every codec form switch in the config as it ran (on for its
+options, off for the others; `codec_gemm_dilated_min_channels`, `codec_rows_per_call`, `codec_conv_kernels`: its
+value, or the defaults; so the server runs what was timed whatever the defaults); the reason goes to stderr.
+Channels-last convs have cliffs at some shapes (one cuDNN kernel for one dilated conv: 1.5x faster at 16 chunks, 13x
+slower at 64 and at 4 chunks, sessions 6, 11, 12): a form is served only where it was timed at every shape."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 # "fig3" alone takes about 3 min): the GPU tests, the code-predictor frame (reference vs fused vs compiled), the
 # codec executable (uncompiled, with its convolutions listed; compiled with a dynamic chunk length; with the wide
 # dilated convs as matmuls, as served; with channels-last convs too; on the whole GPU and a 48-SM codec partition),
+# "snake" (one SnakeBeta pass with static and dynamic sizes: benchmarks/snake_pass.py),
 # "codec_old" (the same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone.
 # Results: $OUT/microbench.tgz (plot Figure 3 later with `python -m benchmarks.fig3.plot fig3.json` where matplotlib
 # is).
@@ -20,6 +21,10 @@ if [[ $parts == *,cp,* ]]; then
   timeout -k 5 "${CP_T:-100}" python3 -m benchmarks.code_predictor_step ${CP_ARGS:-} --out "$res/code_predictor_step.json" \
     > "$res/code_predictor_step.txt" 2>&1
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
+fi
+if [[ $parts == *,snake,* ]]; then  # one SnakeBeta pass with static and dynamic sizes, beside a copy (about 30 s)
+  timeout -k 5 "${SNAKE_T:-120}" python3 -m benchmarks.snake_pass --out "$res/snake_pass.json" > "$res/snake_pass.txt" 2>&1
+  echo "snake ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile (30-55 s): six here
   # CODEC_KEEP_CODE=1: keep inductor's generated sources of the compiled forms (codec_inductor_code.tgz), to read

@@ -87,8 +87,8 @@ def main() -> None:
     ap.add_argument("--no-codec-compile", action="store_true", help="the codec uncompiled (served default: compiled)")
     served = VoxServeConfig()  # the codec's conv forms default to the served ones
     for key, (_, text) in BOOLEAN_FORMS.items():
-        ap.add_argument("--" + key.replace("_", "-"), action=argparse.BooleanOptionalAction, default=getattr(served, key),
-                        help=text)
+        ap.add_argument("--" + key.replace("_", "-"), action=argparse.BooleanOptionalAction,
+                        default=getattr(served, key), help=text)
     for key, (_, kind, text) in VALUE_FORMS.items():
         ap.add_argument("--" + key.replace("_", "-"), type=kind, default=getattr(served, key), help=text)
     ap.add_argument("--codec-headroom", type=float, default=CODEC_HEADROOM,

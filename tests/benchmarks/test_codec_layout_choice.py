@@ -103,7 +103,8 @@ def test_fig3_runs_the_forms_the_server_runs(capsys):
     assert fig3_flags(adgemm) == ("--codec-channels-last --no-codec-gemm-low-rate-convs "
                                   "--codec-gemm-wide-dilated-convs --codec-layout-optimization "
                                   "--no-codec-bounded-shapes --codec-dynamic-frames "
-                                  "--codec-gemm-dilated-min-channels 1 --codec-rows-per-call 16 --codec-conv-kernels off")
+                                  "--codec-gemm-dilated-min-channels 1 --codec-rows-per-call 16 "
+                                  "--codec-conv-kernels off")
 
 
 def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, capsys):

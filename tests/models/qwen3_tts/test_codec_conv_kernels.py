@@ -11,7 +11,7 @@ from tests.models.qwen3_tts.test_cp_kernels import interpret
 from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
-from vllm_voxserve.models.qwen3_tts.codec.layers import ResidualUnit, SnakeBeta, use_conv_kernels, use_gemm
+from vllm_voxserve.models.qwen3_tts.codec.layers import ResidualUnit, use_conv_kernels, use_gemm
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
 
 # (channels, out channels, taps, dilation, input columns, snake, residual, bias): the served residual units' shapes
@@ -49,7 +49,7 @@ def test_the_operator_is_the_unfused_residual_tail():
         got = torch.ops.voxserve.codec_conv(h, unit.conv2.conv.weight, unit.conv2.conv.bias, unit.act2.alpha,
                                             unit.act2.beta, x, 1)
         torch.testing.assert_close(got, want)
-        torch.testing.assert_close(conv_kernels.snake(h, unit.act2.alpha, unit.act2.beta), SnakeBeta.forward(unit.act2, h))
+        torch.testing.assert_close(conv_kernels.snake(h, unit.act2.alpha, unit.act2.beta), unit.act2(h))
     with pytest.raises(ValueError, match="does not fit"):
         conv_kernels.conv_triton(x, unit.conv1.conv.weight, None, None, None, None, 9)  # 20 columns, 55 needed
 

@@ -7,9 +7,10 @@ and a residual added to its output. A residual unit's second half (SnakeBeta -> 
 
 Why: on the H200 the served decoder spends most of a 64-chunk batch outside the arithmetic (3.2 ms of tensor-core work
 in 33.9 ms; results/h200/2026-12-02_session13): cuDNN's NCHW<->NHWC conversions around each conv, a conv kernel
-without tensor cores for one dilated conv (7.35 ms), and element-wise passes over the full-rate activations. This kernel reads the channels-first activations as they are (a [C, T] tile is what the tensor cores'
-right operand wants), so no layout conversion, and folds the SnakeBeta and the residual add into the conv's loads and
-its store. A torch.library custom op, so torch.compile and CUDA graphs see one opaque call.
+without tensor cores for one dilated conv (7.35 ms), and element-wise passes over the full-rate activations. This
+kernel reads the channels-first activations as they are (a [C, T] tile is what the tensor cores' right operand wants),
+so no layout conversion, and folds the SnakeBeta and the residual add into the conv's loads and its store. A
+torch.library custom op, so torch.compile and CUDA graphs see one opaque call.
 """
 
 from __future__ import annotations
