@@ -20,9 +20,11 @@ from torch.nn import functional as F
 from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 
-# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages)
+# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages[, flat]): conv_kernels.TILES
 CANDIDATES = [(64, 64, 32, 4, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (128, 128, 32, 8, 3),
-              (32, 128, 32, 4, 3), (64, 256, 32, 8, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3)]
+              (32, 128, 32, 4, 3), (64, 256, 32, 8, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
+              (128, 128, 32, 8, 3, True), (128, 128, 64, 8, 3, True), (64, 128, 64, 4, 4, True),
+              (128, 256, 64, 8, 3, True)]
 
 
 def residual_convs(config: CodecDecoderConfig) -> list[tuple[int, int, int, int]]:

@@ -3,7 +3,8 @@
 # "fig3" alone takes about 3 min): the GPU tests, the code-predictor frame (reference vs fused vs compiled), the
 # codec executable (uncompiled, with its convolutions listed; compiled with a dynamic chunk length; with the wide
 # dilated convs as matmuls, as served; with channels-last convs too; on the whole GPU and a 48-SM codec partition),
-# "snake" (one SnakeBeta pass with static and dynamic sizes: benchmarks/snake_pass.py),
+# "snake" (one SnakeBeta pass with static and dynamic sizes: benchmarks/snake_pass.py), "tiles" (the conv kernel's
+# tiles: benchmarks/codec_conv_tiles.py),
 # "codec_old" (the same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone.
 # Results: $OUT/microbench.tgz (plot Figure 3 later with `python -m benchmarks.fig3.plot fig3.json` where matplotlib
 # is).
@@ -22,6 +23,12 @@ if [[ $parts == *,cp,* ]]; then
     > "$res/code_predictor_step.txt" 2>&1
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
+if [[ $parts == *,tiles,* ]]; then  # the conv kernel's tiles for the dilated convs (about 2 min); the codec part
+  # below then times `tdil`/`tconv` forms with them: put them in conv_kernels.TILES before serving those forms
+  timeout -k 5 "${TILES_T:-240}" python3 -m benchmarks.codec_conv_tiles --taps 7 --shapes "${TILES_SHAPES:-64x10,4x5}" \
+    --out "$res/tiles.json" > "$res/tiles.txt" 2>&1
+  echo "tiles ended at ${SECONDS} s" >> "$res/times.txt"
+fi
 if [[ $parts == *,snake,* ]]; then  # one SnakeBeta pass with static and dynamic sizes, beside a copy (about 30 s)
   timeout -k 5 "${SNAKE_T:-120}" python3 -m benchmarks.snake_pass --out "$res/snake_pass.json" > "$res/snake_pass.txt" 2>&1
   echo "snake ended at ${SECONDS} s" >> "$res/times.txt"
@@ -30,7 +37,8 @@ if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile 
   # CODEC_KEEP_CODE=1: keep inductor's generated sources of the compiled forms (codec_inductor_code.tgz), to read
   # the kernels a profile names
   [ -z "${CODEC_KEEP_CODE:-}" ] || export TORCHINDUCTOR_CACHE_DIR=$res/inductor_cache
-  timeout -k 5 "${CODEC_T:-480}" python3 -m benchmarks.codec_step --profile-batch "${CODEC_PROFILE:-16}" \
+  tiles=(); [ -f "$res/tiles.json" ] && tiles=(--conv-tiles "$res/tiles.json")
+  timeout -k 5 "${CODEC_T:-480}" python3 -m benchmarks.codec_step --profile-batch "${CODEC_PROFILE:-16}" ${tiles[@]+"${tiles[@]}"} \
     --variants "${CODEC_VARIANTS:-graph,graph+compile,graph+compile+dgemm,graph+compile+nhwc+dgemm}" \
     --batches "${CODEC_BATCHES:-1,4,16}" --frames "${CODEC_FRAMES:-5,10}" --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"

@@ -63,8 +63,12 @@ from vllm_voxserve.models.qwen3_tts.codec import conv_kernels as ck
 for shape in CASES:
     c = case(*shape)
     want = ck.conv_reference(**c)
-    torch.testing.assert_close(ck.conv_triton(**c), want, atol=1e-4, rtol=1e-4)
-    # any strides: the weight tap-major (as channels-last convs store it), the input time-major
+    # the default tile, and the flat loop (a block of rows spanning two taps at 64)
+    for tile in (None, (32, 64, 64, 4, 3, True)):
+        if tile:
+            ck.TILES[shape[0], shape[1], shape[2]] = tile
+        torch.testing.assert_close(ck.conv_triton(**c), want, atol=1e-4, rtol=1e-4)
+    # any strides: the weight tap-major (as use_conv_kernels stores it), the input time-major
     c["weight"] = c["weight"].permute(2, 0, 1).contiguous().permute(1, 2, 0)
     c["x"] = c["x"].transpose(1, 2).contiguous().transpose(1, 2)
     torch.testing.assert_close(ck.conv_triton(**c), want, atol=1e-4, rtol=1e-4)
@@ -147,8 +151,18 @@ def test_gpu_kernel_matches_the_tensor_code_in_bf16():
     for shape in CASES + [(768, 768, 7, 9, 120, False, False, True), (384, 384, 1, 1, 800, True, True, True)]:
         c = case(*shape, batch=8, dtype=torch.bfloat16, device="cuda")
         want = conv_kernels.conv_reference(**{k: v.float() if torch.is_tensor(v) else v for k, v in c.items()})
-        got = conv_kernels.conv_triton(**c)
-        torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
+        key = shape[:3]
+        for tile in (None, (64, 128, 64, 4, 3, True)):  # its own (or the default) tile, and the flat loop
+            served = conv_kernels.TILES.get(key)
+            if tile:
+                conv_kernels.TILES[key] = tile
+            try:
+                got = conv_kernels.conv_triton(**c)
+            finally:
+                conv_kernels.TILES.pop(key, None)
+                if served:
+                    conv_kernels.TILES[key] = served
+            torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
 
 
 @pytest.mark.gpu

@@ -57,7 +57,8 @@ def _out_len(x: torch.Tensor, weight: torch.Tensor, dilation: int) -> int:
     return x.shape[-1] - (weight.shape[-1] - 1) * dilation
 
 
-# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages) by (in channels, out channels, taps): the least time over 64
+# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages[, flat]) by (in channels, out channels, taps); flat: one loop over
+# (tap, channel) rows of BLOCK_C, a block may span two taps (else channel blocks outer, taps inner). The least time over 64
 # chunks of 10 frames (and 4 of 5 for the tails) of 8 tiles on the H200 (benchmarks/codec_conv_tiles.py,
 # results/h200/2026-12-02_session13/codec/tiles_*.json); `tile` below for other shapes.
 TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
@@ -68,11 +69,12 @@ TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
 }
 
 
-def tile(channels: int, out_channels: int, taps: int) -> tuple[int, int, int, int, int]:
+def tile(channels: int, out_channels: int, taps: int) -> tuple:
+    """(BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages, flat) for a conv of this shape."""
     if (channels, out_channels, taps) in TILES:
-        return TILES[channels, out_channels, taps]
+        return (*TILES[channels, out_channels, taps], False)[:6]
     block_o = min(128, max(16, triton.next_power_of_2(out_channels)))
-    return block_o, 64, 32, 4, 3
+    return block_o, 64, 32, 4, 3, False
 
 
 def conv_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, snake_alpha: torch.Tensor | None,
@@ -85,7 +87,7 @@ def conv_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         raise ValueError(f"codec_conv: x {tuple(x.shape)} does not fit weight {tuple(weight.shape)} at dilation "
                          f"{dilation}")
     y = torch.empty((batch, out_channels, length), dtype=x.dtype, device=x.device)
-    block_o, block_t, block_c, warps, stages = tile(channels, out_channels, taps)
+    block_o, block_t, block_c, warps, stages, flat = tile(channels, out_channels, taps)
     res = residual if residual is not None else y  # a placeholder pointer where HAS_RES is off
     grid = (triton.cdiv(length, block_t), triton.cdiv(out_channels, block_o), batch)
     _conv_kernel[grid](
@@ -94,7 +96,7 @@ def conv_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         channels, out_channels, length, dilation,
         *x.stride(), *weight.stride(), *res.stride(), *y.stride(),
         TAPS=taps, HAS_BIAS=bias is not None, SNAKE=snake_alpha is not None,
-        HAS_RES=residual is not None, EXACT=x.dtype == torch.float32,
+        HAS_RES=residual is not None, EXACT=x.dtype == torch.float32, FLAT=flat,
         BLOCK_O=block_o, BLOCK_T=block_t, BLOCK_C=block_c, num_warps=warps, num_stages=stages,
     )
     return y
@@ -103,11 +105,26 @@ def conv_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 if triton is not None:
 
     @triton.jit
+    def _snake(xs, alpha_ptr, beta_ptr, c, c_ok):
+        """SnakeBeta on a loaded [rows, columns] tile whose rows are channels `c` (snake(0) = 0: masked stay zero)."""
+        alpha = tl.exp(tl.load(alpha_ptr + c, mask=c_ok, other=0.0).to(tl.float32))
+        inv_beta = 1.0 / (tl.exp(tl.load(beta_ptr + c, mask=c_ok, other=0.0).to(tl.float32)) + 1e-9)
+        xf = xs.to(tl.float32)
+        s = tl.sin(xf * alpha[:, None])
+        return (xf + inv_beta[:, None] * (s * s)).to(xs.dtype)
+
+    @triton.jit
+    def _dot(w, xs, acc, EXACT: tl.constexpr):
+        if EXACT:
+            return tl.dot(w, xs, acc, input_precision="ieee")
+        return tl.dot(w, xs, acc)
+
+    @triton.jit
     def _conv_kernel(x_ptr, w_ptr, bias_ptr, alpha_ptr, beta_ptr, res_ptr, y_ptr,
                      channels, out_channels, length, dilation,
                      sxb, sxc, sxt, swo, swc, swk, srb, sro, srt, syb, syo, syt,
                      TAPS: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
-                     HAS_RES: tl.constexpr, EXACT: tl.constexpr,
+                     HAS_RES: tl.constexpr, EXACT: tl.constexpr, FLAT: tl.constexpr,
                      BLOCK_O: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
         # one program: BLOCK_O output channels x BLOCK_T output columns of one row; the K taps are K shifted reads of
         # the input tile (the later ones hit the cache), each one [BLOCK_O, BLOCK_C] x [BLOCK_C, BLOCK_T] product
@@ -117,25 +134,31 @@ if triton is not None:
         t_ok, o_ok = t < length, o < out_channels
         acc = tl.zeros((BLOCK_O, BLOCK_T), dtype=tl.float32)
         x_row = x_ptr + row * sxb
-        for c0 in range(0, channels, BLOCK_C):
-            c = c0 + tl.arange(0, BLOCK_C)
-            c_ok = c < channels
-            if SNAKE:
-                alpha = tl.exp(tl.load(alpha_ptr + c, mask=c_ok, other=0.0).to(tl.float32))
-                inv_beta = 1.0 / (tl.exp(tl.load(beta_ptr + c, mask=c_ok, other=0.0).to(tl.float32)) + 1e-9)
-            for k in tl.static_range(TAPS):
-                xs = tl.load(x_row + c[:, None] * sxc + (t[None, :] + k * dilation) * sxt,
-                             mask=c_ok[:, None] & t_ok[None, :], other=0.0)
-                if SNAKE:  # snake(0) = 0: the masked columns stay zero
-                    xf = xs.to(tl.float32)
-                    s = tl.sin(xf * alpha[:, None])
-                    xs = (xf + inv_beta[:, None] * (s * s)).to(xs.dtype)
-                w = tl.load(w_ptr + o[:, None] * swo + c[None, :] * swc + k * swk,
-                            mask=o_ok[:, None] & c_ok[None, :], other=0.0)
-                if EXACT:
-                    acc = tl.dot(w, xs, acc, input_precision="ieee")
-                else:
-                    acc = tl.dot(w, xs, acc)
+        if FLAT:  # rows r = tap * channels + channel, BLOCK_C at a time: one loop for the pipeliner
+            for r0 in range(0, TAPS * channels, BLOCK_C):
+                r = r0 + tl.arange(0, BLOCK_C)
+                k = r // channels
+                c = r - k * channels
+                r_ok = r < TAPS * channels
+                xs = tl.load(x_row + c[:, None] * sxc + (t[None, :] + k[:, None] * dilation) * sxt,
+                             mask=r_ok[:, None] & t_ok[None, :], other=0.0)
+                if SNAKE:
+                    xs = _snake(xs, alpha_ptr, beta_ptr, c, r_ok)
+                w = tl.load(w_ptr + o[:, None] * swo + c[None, :] * swc + k[None, :] * swk,
+                            mask=o_ok[:, None] & r_ok[None, :], other=0.0)
+                acc = _dot(w, xs, acc, EXACT)
+        else:
+            for c0 in range(0, channels, BLOCK_C):
+                c = c0 + tl.arange(0, BLOCK_C)
+                c_ok = c < channels
+                for k in tl.static_range(TAPS):
+                    xs = tl.load(x_row + c[:, None] * sxc + (t[None, :] + k * dilation) * sxt,
+                                 mask=c_ok[:, None] & t_ok[None, :], other=0.0)
+                    if SNAKE:
+                        xs = _snake(xs, alpha_ptr, beta_ptr, c, c_ok)
+                    w = tl.load(w_ptr + o[:, None] * swo + c[None, :] * swc + k * swk,
+                                mask=o_ok[:, None] & c_ok[None, :], other=0.0)
+                    acc = _dot(w, xs, acc, EXACT)
         if HAS_BIAS:
             acc += tl.load(bias_ptr + o, mask=o_ok, other=0.0).to(tl.float32)[:, None]
         out_ok = o_ok[:, None] & t_ok[None, :]
