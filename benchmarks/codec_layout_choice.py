@@ -33,7 +33,7 @@ WIDE_DILATED_MIN_CHANNELS = VoxServeConfig().codec_gemm_dilated_min_channels
 VALUE_SETTINGS = ("codec_gemm_dilated_min_channels", "codec_rows_per_call", "codec_conv_kernels")
 
 
-def switches(variant: str) -> dict[str, bool | int] | None:
+def switches(variant: str) -> dict[str, bool | int | str] | None:
     """Every conv switch as `variant` ran (`codec_gemm_dilated_min_channels` from `dgemmN` / `adgemm`, the served
     number otherwise; `codec_rows_per_call`, 0 without a `rowsN` option), or None for a variant the server cannot run
     (uncompiled, other options)."""
