@@ -184,3 +184,23 @@ def test_gpu_compiled_decoder_on_the_kernel_matches_the_plain_one():
         wav = torch.cat([program.decode(codes[:, a:b], slots, pool) for a, b in ((0, 5), (5, 15))], dim=1)
     error = (wav - full).pow(2).mean().sqrt() / full.pow(2).mean().sqrt()
     assert error.item() < 0.05, error.item()  # bf16 against fp32 (the plain bf16 program is about as far)
+
+
+@torch.inference_mode()
+def test_compiled_program_on_the_operator_decodes_as_the_plain_one():
+    """The operator inside torch.compile (CPU inductor: its tensor code as one opaque call), as a program with
+    `conv_kernels="all"` compiles it: the plain eager program's audio."""
+    from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
+
+    decoder = CodecDecoder(SMALL_WINDOW_CONFIG).eval()
+    init_codec_decoder_weights(decoder, seed=3)
+    plain = Qwen3CodecProgram(decoder)
+    torch._dynamo.reset()
+    kernels = Qwen3CodecProgram(copy.deepcopy(decoder), compile=True, conv_kernels="all")
+    with pytest.raises(ValueError, match="conv_kernels must be one of"):
+        Qwen3CodecProgram(copy.deepcopy(decoder), conv_kernels="on")
+    pools = [p.make_state_pool(3, torch.device("cpu")) for p in (plain, kernels)]
+    codes = torch.randint(0, 2048, (2, 7, 16), generator=torch.Generator().manual_seed(4))
+    for a, b in ((0, 3), (3, 7)):
+        want, got = (p.decode(codes[:, a:b], torch.tensor([0, 2]), pool) for p, pool in zip((plain, kernels), pools))
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
