@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover
 
 
 def snake(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """`layers.SnakeBeta` with its parameters given, over [B, C, T]."""
+    """SnakeBeta over [B, C, T] (`layers.SnakeBeta`'s forward): alpha, beta per channel, log scale, official op order."""
     a, b = torch.exp(alpha[None, :, None]), torch.exp(beta[None, :, None])
     return x + (1.0 / (b + 1e-9)) * torch.pow(torch.sin(x * a), 2)
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .conv_kernels import codec_conv
+from .conv_kernels import codec_conv, snake
 
 State = dict[str, torch.Tensor]
 
@@ -196,9 +196,7 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha = torch.exp(self.alpha[None, :, None])
-        beta = torch.exp(self.beta[None, :, None])
-        return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
+        return snake(x, self.alpha, self.beta)
 
     def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
         return self.forward(x)
