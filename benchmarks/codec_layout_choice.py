@@ -34,19 +34,26 @@ VALUE_SETTINGS = ("codec_gemm_dilated_min_channels", "codec_rows_per_call", "cod
 
 
 def switches(variant: str) -> dict[str, bool | int | str] | None:
-    """Every conv switch as `variant` ran (`codec_gemm_dilated_min_channels` from `dgemmN` / `adgemm`, the served
-    number otherwise; `codec_rows_per_call`, 0 without a `rowsN` option), or None for a variant the server cannot run
-    (uncompiled, other options)."""
+    """Every codec form setting as `variant` ran (`forms`), or None for a variant the server cannot run (uncompiled,
+    `1x1mm`, unknown options)."""
     options = variant.split("+")
+    if options[:2] != ["graph", "compile"] or "1x1mm" in options:
+        return None
     try:
-        rows, dilated = rows_per_call(options), dilated_min_channels(options)
+        return forms(options[2:])
     except ValueError:
         return None
-    others = set(options[2:]) - {f"rows{rows}"} - set(_dilated_options(options))
+
+
+def forms(options: list[str]) -> dict[str, bool | int | str]:
+    """The codec form settings (named as the config's) that these variant options set (`codec_gemm_dilated_min_channels`
+    from `dgemmN` / `adgemm`, the served number otherwise; `codec_rows_per_call`, 0 without a `rowsN` option); a
+    ValueError for an option that is none of them."""
+    rows, dilated = rows_per_call(options), dilated_min_channels(options)
+    others = set(options) - {f"rows{rows}"} - set(_dilated_options(options))
     kernels = [CONV_KERNEL_OPTIONS[o] for o in options if o in CONV_KERNEL_OPTIONS]
-    if options[:2] != ["graph", "compile"] or len(kernels) > 1 \
-            or not others <= {"nhwc", "gemm", "nolayout", "bounded", "static-frames", *CONV_KERNEL_OPTIONS}:
-        return None
+    if len(kernels) > 1 or not others <= set(OPTION_SWITCHES) | set(CONV_KERNEL_OPTIONS):
+        raise ValueError(f"options {options}: one of {CONV_KERNEL_OPTIONS} at most, others of {list(OPTION_SWITCHES)}")
     return {"codec_channels_last": "nhwc" in options, "codec_gemm_low_rate_convs": "gemm" in options,
             "codec_conv_kernels": kernels[0] if kernels else "off",
             "codec_layout_optimization": "nolayout" not in options, "codec_bounded_shapes": "bounded" in options,

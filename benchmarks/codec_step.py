@@ -33,15 +33,14 @@ import time
 import torch
 
 from benchmarks.code_predictor_step import profile_kernels
-from benchmarks.codec_layout_choice import (CONV_KERNEL_OPTIONS, DEVIATION, WIDE_DILATED_MIN_CHANNELS,
-                                           dilated_min_channels, rows_per_call)
+from benchmarks.codec_layout_choice import DEVIATION, forms
 from benchmarks.fig3.measure import graph_ms
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
 from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
-from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
+from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram, form_arguments
 
 
 @torch.inference_mode()
@@ -73,8 +72,8 @@ def main() -> None:
         parts = create_partitions(SplitSpec("codec", args.codec_sms))
         places.append((f"{parts.codec_sms} SMs", parts.codec_stream, parts.codec_launch_stream))
     rows = []
-    for frames in (int(f) for f in args.frames.split(",")):
-        for batch in (int(b) for b in args.batches.split(",")):
+    for frames in frame_counts:
+        for batch in batches:
             g = torch.Generator(device="cuda").manual_seed(batch)
             codes = torch.randint(0, 2048, (batch, frames, 16), device="cuda", generator=g)
             row, first = {"batch": batch, "frames": frames}, None
@@ -96,8 +95,6 @@ def main() -> None:
                 with open(args.out, "w") as f:
                     json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f,
                               indent=1)
-
-
 
 
 def relative_rms(wav: torch.Tensor, reference: torch.Tensor) -> float:
@@ -151,24 +148,21 @@ def make_program(decoder: CodecDecoder, variant: str, call_bounds: tuple[int, in
     wide dilated ones), `bounded` (sizes bounded by `call_bounds`, most rows and frames of a call) and `rowsN` (calls of
     at most N rows) added; compiled or changed variants on a copy of the decoder."""
     options = variant.split("+")
-    rows, dilated_min = rows_per_call(options), dilated_min_channels(options)
-    known = {"compile", "static-frames", "1x1mm", "nhwc", "gemm", "dgemm", "adgemm", f"dgemm{dilated_min}",
-             "nolayout", "bounded", *CONV_KERNEL_OPTIONS}
-    if options[0] != "graph" or not set(options[1:]) - {f"rows{rows}"} <= known:
+    try:
+        settings = forms([o for o in options[1:] if o not in ("compile", "1x1mm")])
+    except ValueError:
+        settings = None
+    if options[0] != "graph" or settings is None:
         raise ValueError(f"unknown variant {variant!r}")
     # A compiled variant gets its own copy of the decoder: on a shared one dynamo reuses the first variant's graphs
     # (inductor's settings are not among its guards), as session 6's run showed (compile_s 0, same times).
-    kernels = [CONV_KERNEL_OPTIONS[o] for o in options if o in CONV_KERNEL_OPTIONS]
-    compiled, changed = "compile" in options, bool({"nhwc", "gemm"} & set(options)) or bool(kernels) or dilated_min > 0
+    compiled = "compile" in options
+    changed = any(settings[key] != value for key, value in forms([]).items() if key != "codec_dynamic_frames")
+    rows = settings["codec_rows_per_call"]
     return Qwen3CodecProgram(copy.deepcopy(decoder) if compiled or changed else decoder, torch.bfloat16,
-                             compile=compiled, dynamic_frames="static-frames" not in options,
-                             channels_last="nhwc" in options, gemm_low_rate_convs="gemm" in options,
-                             gemm_wide_dilated_convs=dilated_min > 0, rows_per_call=rows,
-                             gemm_dilated_min_channels=dilated_min or WIDE_DILATED_MIN_CHANNELS,
-                             conv_kernels=kernels[0] if kernels else "off",
-                             layout_optimization="nolayout" not in options,
+                             compile=compiled, **form_arguments(settings),
                              shape_bounds=(max(2, min(call_bounds[0], rows or call_bounds[0])), max(2, call_bounds[1]))
-                             if "bounded" in options else None)
+                             if settings["codec_bounded_shapes"] else None)
 
 
 def _inductor_settings(variant: str):

@@ -29,6 +29,7 @@ from vllm_voxserve.codec_lanes.split_chooser import (
     profile_splits,
 )
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.qwen3_tts.codec_program import form_arguments
 
 
 def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 20) -> float:
@@ -44,22 +45,20 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
     return start.elapsed_time(end) / reps
 
 
-# the codec's form switches in the served config: (Qwen3CodecProgram argument, flag help); each one a flag named as
-# the switch, defaulting to the served value (benchmarks.codec_layout_choice.fig3_flags writes them)
+# the codec's form settings in the served config, each a flag named as the setting and defaulting to the served value
+# (benchmarks.codec_layout_choice.fig3_flags writes them): a switch's help, or a value's type and help
 BOOLEAN_FORMS = {
-    "codec_channels_last": ("channels_last", "the codec's convs channels-last"),
-    "codec_gemm_low_rate_convs": ("gemm_low_rate_convs", "the codec's convs before the upsampling as matmuls"),
-    "codec_gemm_wide_dilated_convs": ("gemm_wide_dilated_convs", "the codec's wide dilated convs as matmuls"),
-    "codec_layout_optimization": ("layout_optimization", "inductor's layout optimization in the codec"),
-    "codec_dynamic_frames": ("dynamic_frames", "the chunk length dynamic in the compiled codec"),
-    "codec_bounded_shapes": (None, "compile for this codec batch and chunk length at most"),
+    "codec_channels_last": "the codec's convs channels-last",
+    "codec_gemm_low_rate_convs": "the codec's convs before the upsampling as matmuls",
+    "codec_gemm_wide_dilated_convs": "the codec's wide dilated convs as matmuls",
+    "codec_layout_optimization": "inductor's layout optimization in the codec",
+    "codec_dynamic_frames": "the chunk length dynamic in the compiled codec",
+    "codec_bounded_shapes": "compile for this codec batch and chunk length at most",
 }
 VALUE_FORMS = {
-    "codec_gemm_dilated_min_channels": ("gemm_dilated_min_channels", int,
-                                        "the fewest channels of a dilated conv made a matmul (wide dilated convs)"),
-    "codec_rows_per_call": ("rows_per_call", int, "decode a codec batch as calls of at most this many chunks (0: one)"),
-    "codec_conv_kernels": ("conv_kernels", str, "the vocoder's residual units on the Triton conv kernel (off, tails, "
-                                                "dilated, all)"),
+    "codec_gemm_dilated_min_channels": (int, "the fewest channels of a dilated conv made a matmul (wide dilated convs)"),
+    "codec_rows_per_call": (int, "decode a codec batch as calls of at most this many chunks (0: one)"),
+    "codec_conv_kernels": (str, "the vocoder's residual units on the Triton conv kernel (off, tails, dilated, all)"),
 }
 
 
@@ -86,10 +85,10 @@ def main() -> None:
     ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--no-codec-compile", action="store_true", help="the codec uncompiled (served default: compiled)")
     served = VoxServeConfig()  # the codec's conv forms default to the served ones
-    for key, (_, text) in BOOLEAN_FORMS.items():
+    for key, text in BOOLEAN_FORMS.items():
         ap.add_argument("--" + key.replace("_", "-"), action=argparse.BooleanOptionalAction,
                         default=getattr(served, key), help=text)
-    for key, (_, kind, text) in VALUE_FORMS.items():
+    for key, (kind, text) in VALUE_FORMS.items():
         ap.add_argument("--" + key.replace("_", "-"), type=kind, default=getattr(served, key), help=text)
     ap.add_argument("--codec-headroom", type=float, default=CODEC_HEADROOM,
                     help="codec frames per backbone frame a split must measure to keep up (split_chooser)")
@@ -98,7 +97,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
-    forms = {arg: getattr(args, key) for key, (arg, *_) in (BOOLEAN_FORMS | VALUE_FORMS).items() if arg}
+    forms = form_arguments(args)
     if args.codec_bounded_shapes:
         forms["shape_bounds"] = (max(2, args.codec_batch), max(2, args.frames))
     backbone = backbone_step_factory(context=args.context)

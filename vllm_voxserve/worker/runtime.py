@@ -19,7 +19,7 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import (
     load_codec_encoder,
     load_speaker_encoder,
 )
-from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
+from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram, form_arguments
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
@@ -43,15 +43,8 @@ class SpeechRuntime:
                         "bfloat16" if device.type == "cuda" else "float32"]
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
         program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
-                                    channels_last=config.codec_channels_last,
-                                    gemm_low_rate_convs=config.codec_gemm_low_rate_convs,
-                                    gemm_wide_dilated_convs=config.codec_gemm_wide_dilated_convs,
-                                    rows_per_call=config.codec_rows_per_call,
-                                    gemm_dilated_min_channels=config.codec_gemm_dilated_min_channels,
-                                    conv_kernels=config.codec_conv_kernels,
-                                    layout_optimization=config.codec_layout_optimization,
-                                    dynamic_frames=config.codec_dynamic_frames,
-                                    shape_bounds=config.codec_call_bounds() if config.codec_bounded_shapes else None)
+                                    shape_bounds=config.codec_call_bounds() if config.codec_bounded_shapes else None,
+                                    **form_arguments(config))
         self.pipeline = AudioPipeline(program, config, AudioSender(), device)
         self._failed: set[str] = set()
         self._init_report()

@@ -10,6 +10,22 @@ from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, StateLayo
 
 
 CONV_KERNELS = ("off", *KERNEL_MODES)
+# the config's codec form settings (`voxserve.codec_*`) and the program argument each one is; `codec_bounded_shapes`
+# is `shape_bounds` from the calls' bounds (`VoxServeConfig.codec_call_bounds`)
+FORM_ARGUMENTS = {
+    "codec_channels_last": "channels_last", "codec_gemm_low_rate_convs": "gemm_low_rate_convs",
+    "codec_gemm_wide_dilated_convs": "gemm_wide_dilated_convs",
+    "codec_gemm_dilated_min_channels": "gemm_dilated_min_channels", "codec_rows_per_call": "rows_per_call",
+    "codec_conv_kernels": "conv_kernels", "codec_layout_optimization": "layout_optimization",
+    "codec_dynamic_frames": "dynamic_frames",
+}
+
+
+def form_arguments(settings) -> dict:
+    """Qwen3CodecProgram's form arguments from the settings named as the config's (a mapping, or an object with
+    them as attributes: the config, parsed flags)."""
+    get = settings.__getitem__ if isinstance(settings, dict) else lambda key: getattr(settings, key)
+    return {argument: get(key) for key, argument in FORM_ARGUMENTS.items()}
 
 
 class Qwen3CodecProgram:
