@@ -154,8 +154,9 @@ def make_program(decoder: CodecDecoder, variant: str, call_bounds: tuple[int, in
         settings = None
     if options[0] != "graph" or settings is None:
         raise ValueError(f"unknown variant {variant!r}")
-    # A compiled variant gets its own copy of the decoder: on a shared one dynamo reuses the first variant's graphs
-    # (inductor's settings are not among its guards), as session 6's run showed (compile_s 0, same times).
+    # A compiled or changed variant gets its own copy of the decoder (the forms change its modules); each program
+    # compiles its own graphs (`codec_program._OwnInductor`: before it, a static-frames variant ran the dynamic
+    # variant's graphs, compile_s 0 and the same kernels, in sessions 6 and 14).
     compiled = "compile" in options
     changed = any(settings[key] != value for key, value in forms([]).items() if key != "codec_dynamic_frames")
     rows = settings["codec_rows_per_call"]

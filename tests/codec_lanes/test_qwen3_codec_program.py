@@ -78,6 +78,27 @@ def test_bounded_and_static_compiles_decode_as_the_eager_one():
         Qwen3CodecProgram(decoder, shape_bounds=(1, 10))
 
 
+@torch.inference_mode()
+def test_each_compiled_program_compiles_its_own_graphs():
+    """A static-frames program after a dynamic one of the same decoder compiles its own graph (dynamo's guards pass
+    the dynamic graph for it, so with a shared backend it ran that one), and the dynamic one keeps its graph."""
+    from torch._dynamo.utils import counters
+
+    decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    torch._dynamo.reset()
+    codes = torch.randint(0, 32, (2, 3, 16), generator=torch.Generator().manual_seed(0))
+    dynamic = Qwen3CodecProgram(decoder, compile=True)
+    static = Qwen3CodecProgram(decoder, compile=True, dynamic_frames=False)
+
+    def new_graphs(program):
+        before = counters["stats"]["unique_graphs"]
+        program.decode(codes, torch.arange(2), program.make_state_pool(2, torch.device("cpu")))
+        return counters["stats"]["unique_graphs"] - before
+
+    assert [new_graphs(p) for p in (dynamic, static, dynamic)] == [1, 1, 0]
+
+
 @pytest.mark.gpu
 @torch.no_grad()
 def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():

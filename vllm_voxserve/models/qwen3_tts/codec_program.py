@@ -69,8 +69,9 @@ class Qwen3CodecProgram:
         # graph serves every batch and every length >= 2. torch.compile specialises size 1, so a lone row runs beside
         # a copy of itself (`_step`): a second compile of the whole codec cost 2 of a GPU server's start-up minutes.
         self.layout = StateLayout.of(decoder.config, state_dtype)
-        options = None if layout_optimization else {"layout_optimization": False}
-        self._compiled = torch.compile(self._decode_and_pack, options=options) if compile else None
+        options = {} if layout_optimization else {"layout_optimization": False}
+        self._compiled = torch.compile(self._decode_and_pack, backend=_OwnInductor(None, options, None)) \
+            if compile else None
         self._dynamic_dims = ((0, 2) if dynamic_frames else (0,), (0,), (0,))  # codes [B, Q, F], position, block
         self.dynamic_frames = dynamic_frames
         if shape_bounds is not None and min(shape_bounds) < 2:
@@ -118,6 +119,16 @@ class Qwen3CodecProgram:
             torch._dynamo.mark_static(codes, 2)
         wav, position, block = self._compiled(codes, position, block)
         return (wav[:1], position[:1], block[:1]) if lone else (wav, position, block)
+
+
+class _OwnInductor(torch._TorchCompileInductorWrapper):
+    """Inductor as one program's own backend. Dynamo hands a cached graph of this function to any caller whose guards
+    pass and whose backend compares equal, and two inductor backends with the same options do: a second program of a
+    form the guards do not see (its chunk length static) ran the first program's dynamic graphs (the H200 timed it as
+    the same kernels, session 14)."""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
 
 def _twice(t: torch.Tensor) -> torch.Tensor:
