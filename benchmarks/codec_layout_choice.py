@@ -83,8 +83,10 @@ def dilated_min_channels(options: list[str]) -> int:
     return found[0] if found else 0
 
 
-# the forms a choice is measured against: cuDNN's convs, and the server's default (the wide dilated convs as matmuls)
-BASELINES = ("graph+compile", "graph+compile+dgemm")
+# the forms a choice is measured against: cuDNN's convs, the wide dilated convs as matmuls (the default to session 13)
+# and the server's default since session 14 (the other dilated convs on the conv kernel, a compile per chunk length)
+SERVED = "graph+compile+dgemm+tdil+static-frames"
+BASELINES = ("graph+compile", "graph+compile+dgemm", SERVED)
 # how much slower than the fastest baseline a form may be at one shape (timing noise) and still be served
 TOLERANCE = 0.05
 # the most a form's samples may differ from the first timed form's (codec_step's "rms deviation": RMS of the

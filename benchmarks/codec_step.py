@@ -143,7 +143,7 @@ def profile_convolutions(step, device_activity) -> None:
 
 
 def make_program(decoder: CodecDecoder, variant: str, call_bounds: tuple[int, int] = (64, 10)) -> Qwen3CodecProgram:
-    """`graph`, `graph+compile` (cuDNN convs; the server adds `dgemm` by default since 032af90), with any of
+    """`graph`, `graph+compile` (cuDNN convs; the server's default is `+dgemm+tdil+static-frames` since session 14), with any of
     `static-frames`, `1x1mm`, `nhwc` (the convs channels-last), `gemm` (the low-rate convs as matmuls), `dgemm` (the
     wide dilated ones), `bounded` (sizes bounded by `call_bounds`, most rows and frames of a call) and `rowsN` (calls of
     at most N rows) added; compiled or changed variants on a copy of the decoder."""

@@ -34,7 +34,9 @@ def test_codec_integer_settings_parse_and_are_checked(key, default, least):
 
 
 def test_codec_conv_kernels_is_off_tails_dilated_or_all():
-    assert VoxServeConfig().codec_conv_kernels == "off" and VoxServeConfig().codec_layout_optimization
+    assert VoxServeConfig().codec_conv_kernels == "dilated" and VoxServeConfig().codec_layout_optimization
+    assert not VoxServeConfig().codec_dynamic_frames  # the served form (H200, session 14)
+    assert VoxServeConfig.from_dict({"codec_conv_kernels": "off"}).codec_conv_kernels == "off"
     assert VoxServeConfig.from_dict({"codec_conv_kernels": "tails"}).codec_conv_kernels == "tails"
     assert VoxServeConfig.from_dict({"codec_conv_kernels": "dilated"}).codec_conv_kernels == "dilated"
     for bad in (True, "on", "ALL"):

@@ -167,14 +167,13 @@ class VoxServeConfig:
     # batch in one call). For channels-last convs, which the H200 ran 1.5x faster than the served form at 16 chunks
     # and 13x slower at 64 (results/h200/2026-12-01_session11): served only where a session times it faster.
     codec_rows_per_call: int = 0
-    # The vocoder's residual units on the plugin's Triton conv kernel (codec/conv_kernels.py, GPU only, no cuDNN layout
-    # conversions): "tails" their SnakeBeta -> conv k1 -> + input as one kernel, "dilated" their dilated convs that
-    # are not matmuls, "all" both and their undilated k7 convs (codec/layers.use_conv_kernels). "off" until a session
-    # times a form faster at every shape (benchmarks/codec_step.py variants `ttail`, `tdil`, `tconv`). H200, 64 chunks
-    # of 10 frames, one conv alone: 384 channels at dilation 9 0.89 ms against cuDNN's 7.47, 96 channels 0.98 against
-    # 1.08-1.31, 768 channels 0.82-0.89 against 0.37-0.51; in the compiled codec the tails cost 8 ms more than cuDNN's
-    # (the last conv's fusion broke) (results/h200/2026-12-02_session13).
-    codec_conv_kernels: str = "off"
+    # The vocoder's residual units on the plugin's Triton conv kernel (codec/conv_kernels.py; on CPU the same op runs
+    # torch's conv): "tails" their SnakeBeta -> conv k1 -> + input as one kernel, "dilated" their dilated convs that
+    # are not matmuls, "all" both and their undilated k7 convs (codec/layers.use_conv_kernels), "off" cuDNN's convs.
+    # H200, 64 chunks of 10 frames: "dilated" 27.8 ms where "off" took 33.6 (chunk length dynamic, one run; cuDNN ran
+    # the 384-channel dilation-9 conv in 7.4 ms, the kernel in 0.9); with static lengths "dilated" 20.3, "all" 24.1
+    # (results/h200/2026-12-02_session13 and _session14; benchmarks/codec_step.py variants `tdil`, `tconv`).
+    codec_conv_kernels: str = "dilated"
     # Inductor's layout optimization in the compiled codec (channels-last buffers around convs; inductor's default).
     # Off (variant `nolayout`) the H200 ran the same kernels in the same time (results/h200/2026-12-02_session13).
     codec_layout_optimization: bool = True
@@ -184,11 +183,11 @@ class VoxServeConfig:
     # (codec_step variant `bounded`).
     codec_bounded_shapes: bool = False
     # The chunk length dynamic in the compiled codec: one compile for every length. Off, one compile per length (5 and
-    # 10 frames by default), whose element-wise kernels index by constant sizes instead of dividing by runtime ones;
-    # the H200 ran a SnakeBeta pass with static sizes 3.4-3.8x faster than the same pass in the dynamic codec
-    # (results/h200/2026-12-02_session13). Untimed in the codec (codec_step variant `static-frames`; session 6's
-    # timing of it reused a compiled graph and measured nothing of its own).
-    codec_dynamic_frames: bool = True
+    # 10 frames by default), whose element-wise kernels index by constant sizes instead of dividing by runtime ones:
+    # on the H200 1.17-1.43x faster at 4 and 64 chunks of 5 and 10 frames (64 x 10: 20.3 ms against 29.0; the
+    # SnakeBeta passes 3x faster), for a second compile at start-up (codec lanes built in 186 s;
+    # results/h200/2026-12-02_session14, codec_step variant `static-frames`).
+    codec_dynamic_frames: bool = False
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)

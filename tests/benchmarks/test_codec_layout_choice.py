@@ -22,7 +22,7 @@ def timed(variant_times: dict[str, dict[tuple[int, int, str], float]]) -> dict:
 
 def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0, kernels="off", layout=True, bounded=False,
          dynamic_frames=True) -> dict:
-    """The switches a served codec form sets (defaults: the served form, `graph+compile+dgemm`)."""
+    """The switches a served codec form sets (defaults: the form served to session 13, `graph+compile+dgemm`)."""
     return {"codec_channels_last": nhwc, "codec_gemm_low_rate_convs": gemm, "codec_gemm_wide_dilated_convs": dilated,
             "codec_gemm_dilated_min_channels": min_channels, "codec_rows_per_call": rows,
             "codec_conv_kernels": kernels, "codec_layout_optimization": layout, "codec_bounded_shapes": bounded,
@@ -30,7 +30,7 @@ def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0, kernels
 
 
 # Session 12's H200 timings (ms, CUDA graph replays, whole GPU / 64 SMs), benchmarks/results/h200/2026-12-01_session12
-SERVED = "graph+compile+dgemm"
+SERVED = "graph+compile+dgemm"  # served then
 CLIFF = "graph+compile+nhwc+dgemm+rows16"  # channels-last, the 192-channel dilated conv left to cuDNN
 NO_CLIFF = "graph+compile+nhwc+adgemm+rows16"  # every dilated conv a matmul
 SESSION12 = {
@@ -150,3 +150,24 @@ def test_a_form_whose_samples_differ_is_not_served():
     rows["rows"][-1][f"{kernels} rms deviation"] = 1.3
     best, why = fastest_variant(rows)
     assert best == SERVED and "samples off the first form's by more than 0.25 (RMS): graph+compile+tconv 1.300" in why
+
+
+def test_the_default_form_is_a_baseline():
+    """Session 14's run timed no form of session 13 beside the new default: the default is the baseline then, and a form
+    slower than it at one shape is not served (H200 times, results/h200/2026-12-02_session14/codec/run2_codec_step.json,
+    whole GPU; the 4 x 5 `tdil` time made slower for the test)."""
+    from benchmarks.codec_layout_choice import SERVED as DEFAULT
+
+    session14 = {
+        DEFAULT: {(4, 5, "whole GPU"): 1.87, (64, 5, "whole GPU"): 11.13, (4, 10, "whole GPU"): 2.50,
+                  (64, 10, "whole GPU"): 20.35},
+        "graph+compile+dgemm+tdil": {(4, 5, "whole GPU"): 2.19, (64, 5, "whole GPU"): 15.63,
+                                     (4, 10, "whole GPU"): 3.08, (64, 10, "whole GPU"): 29.02},
+        "graph+compile+dgemm+tconv+static-frames": {(4, 5, "whole GPU"): 2.41, (64, 5, "whole GPU"): 13.73,
+                                                    (4, 10, "whole GPU"): 3.11, (64, 10, "whole GPU"): 24.10}}
+    assert switches(DEFAULT) == form(kernels="dilated", dynamic_frames=False)
+    assert fastest_variant(timed(session14))[0] == DEFAULT
+    faster_but_one = {**session14, "graph+compile+dgemm+tdil": {
+        shape: (t * 2 if shape == (4, 5, "whole GPU") else t / 2) for shape, t in session14[DEFAULT].items()}}
+    best, why = fastest_variant(timed(faster_but_one))
+    assert best == DEFAULT and "slower than a baseline: graph+compile+dgemm+tdil 3.74 ms at 4 x 5 frames" in why

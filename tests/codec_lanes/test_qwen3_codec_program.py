@@ -196,8 +196,9 @@ def test_compiled_codec_program_decodes_as_the_eager_one():
 @pytest.mark.gpu
 @torch.no_grad()
 def test_served_codec_settings_capture_on_the_codec_partition():
-    """The codec as a server runs it (bf16, compiled with a dynamic chunk length, 5- and 10-frame executables, the
-    default slot count and batch sizes, 48-SM codec partition): the lanes capture, their audio matches the same
+    """The codec as a server runs it (bf16, compiled in the config's default form (a compile per chunk length, the
+    dilated convs on the conv kernel), 5- and 10-frame executables, the default slot count and batch sizes, 48-SM codec
+    partition): the lanes capture, their audio matches the same
     program run uncaptured on the whole GPU, and it stays near the float32 full decode (bf16 rounding alone moves
     these random-weight decoders' audio by about 5 %, CPU-measured). With cuDNN's algorithm search before capture
     (removed), this capture failed on the H200 with CUDNN_STATUS_NOT_SUPPORTED, as the served lanes did; at 4 slots
@@ -207,6 +208,8 @@ def test_served_codec_settings_capture_on_the_codec_partition():
     from torch._dynamo.utils import counters
 
     from vllm_voxserve.codec_lanes import SplitSpec, create_partitions
+    from vllm_voxserve.config import VoxServeConfig
+    from vllm_voxserve.models.qwen3_tts.codec_program import form_arguments
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -216,7 +219,8 @@ def test_served_codec_settings_capture_on_the_codec_partition():
     float32 = copy.deepcopy(decoder).cuda()
     torch._dynamo.reset()
     graphs_before = counters["stats"]["unique_graphs"]
-    program = Qwen3CodecProgram(decoder.to("cuda", torch.bfloat16), torch.bfloat16, compile=True)
+    served = form_arguments(VoxServeConfig())
+    program = Qwen3CodecProgram(decoder.to("cuda", torch.bfloat16), torch.bfloat16, compile=True, **served)
     got = []
     mgr = LaneManager(program, parts, LaneConfig(max_requests=256, frame_counts=(5, 10), background_max_batch=32),
                       got.append)
@@ -232,8 +236,9 @@ def test_served_codec_settings_capture_on_the_codec_partition():
     slots = torch.arange(3, device="cuda")
     stacked = torch.stack([codes[r] for r in "abc"]).cuda()
     want = torch.cat([program.decode(stacked[:, :5], slots, pool), program.decode(stacked[:, 5:], slots, pool)], 1)
-    # one compile served every executable (batches 1-32, 5 and 10 frames) and the uncaptured calls: the start-up
-    assert counters["stats"]["unique_graphs"] - graphs_before == 1
+    # one compile per chunk length (one for both if dynamic) served every executable (batches 1-32, 5 and 10 frames)
+    # and the uncaptured calls: the start-up
+    assert counters["stats"]["unique_graphs"] - graphs_before == (1 if served["dynamic_frames"] else 2)
     for i, r in enumerate("abc"):
         mine = sorted((x for x in got if x.request_id == r), key=lambda x: x.chunk_index)
         audio = torch.cat([x.audio for x in mine]).to(want.device)
