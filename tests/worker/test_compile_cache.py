@@ -12,11 +12,13 @@ PROCESS = """
 import sys
 import torch
 from torch._dynamo.utils import counters
+from vllm_voxserve.models.qwen3_tts.codec_program import _OwnInductor
 from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 steps = {"a": lambda x: torch.sin(x) * 2 + x.cos(), "b": lambda x: torch.tanh(x) * 3 - x.exp()}
+backends = {"a": "inductor", "b": _OwnInductor(None, {}, None)}  # b compiled as the codec program compiles
 loaded = load_compile_cache(cache_path())
 for name in sys.argv[1]:
-    torch.compile(steps[name])(torch.randn(8))
+    torch.compile(steps[name], backend=backends[name])(torch.randn(8))
 saved = save_compile_cache(cache_path())
 print(loaded, saved, counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"])
 """
