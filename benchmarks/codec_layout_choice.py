@@ -5,8 +5,8 @@
     python -m benchmarks.codec_layout_choice --split-from fig3.json '{"voxserve": {...}}'  # Figure 3's chosen split
 
 Of the compiled variants (`graph+compile` with any of the options `switches` reads: `nhwc`, `gemm`, `dgemm`, `dgemmN`,
-`adgemm`, `ttail`, `tdil`, `tconv`, `nolayout`, `bounded`, `static-frames`, `rowsN`), the one with the least total
-time over every timed shape, among those no slower than the baselines at any shape (within TOLERANCE) and whose
+`adgemm`, `ttail`, `tdil`, `tconv`, `nolayout`, `bounded`, `static-frames`, `1x1mm`, `rowsN`), the one with the least
+total time over every timed shape, among those no slower than the baselines at any shape (within TOLERANCE) and whose
 samples match the first timed form's (MAX_DEVIATION), sets every codec form switch in the config as it ran (on for its
 options, off for the others; `codec_gemm_dilated_min_channels`, `codec_rows_per_call`, `codec_conv_kernels`: its
 value, or the defaults; so the server runs what was timed whatever the defaults); the reason goes to stderr.
@@ -23,7 +23,8 @@ from vllm_voxserve.config import VoxServeConfig
 # codec_step's variant options (benchmarks/codec_step.make_program) and the config switch each one is
 OPTION_SWITCHES = {"nhwc": "codec_channels_last", "gemm": "codec_gemm_low_rate_convs",
                    "dgemm": "codec_gemm_wide_dilated_convs", "nolayout": "codec_layout_optimization",
-                   "bounded": "codec_bounded_shapes", "static-frames": "codec_dynamic_frames"}
+                   "bounded": "codec_bounded_shapes", "static-frames": "codec_dynamic_frames",
+                   "1x1mm": "codec_conv_1x1_as_mm"}
 # the options `ttail`, `tdil` and `tconv` set codec_conv_kernels to "tails", "dilated" and "all" (none: "off")
 CONV_KERNEL_OPTIONS = {"ttail": "tails", "tdil": "dilated", "tconv": "all"}
 
@@ -35,9 +36,9 @@ VALUE_SETTINGS = ("codec_gemm_dilated_min_channels", "codec_rows_per_call", "cod
 
 def switches(variant: str) -> dict[str, bool | int | str] | None:
     """Every codec form setting as `variant` ran (`forms`), or None for a variant the server cannot run (uncompiled,
-    `1x1mm`, unknown options)."""
+    unknown options)."""
     options = variant.split("+")
-    if options[:2] != ["graph", "compile"] or "1x1mm" in options:
+    if options[:2] != ["graph", "compile"]:
         return None
     try:
         return forms(options[2:])
@@ -57,7 +58,7 @@ def forms(options: list[str]) -> dict[str, bool | int | str]:
     return {"codec_channels_last": "nhwc" in options, "codec_gemm_low_rate_convs": "gemm" in options,
             "codec_conv_kernels": kernels[0] if kernels else "off",
             "codec_layout_optimization": "nolayout" not in options, "codec_bounded_shapes": "bounded" in options,
-            "codec_dynamic_frames": "static-frames" not in options,
+            "codec_dynamic_frames": "static-frames" not in options, "codec_conv_1x1_as_mm": "1x1mm" in options,
             "codec_gemm_wide_dilated_convs": dilated > 0,
             "codec_gemm_dilated_min_channels": dilated or WIDE_DILATED_MIN_CHANNELS, "codec_rows_per_call": rows}
 

@@ -7,8 +7,8 @@ CUDA graph per (variant, batch, frames), replays timed with CUDA events: on the 
 also on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the wall time of the
 first compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
 `graph+compile+static-frames` compiles one graph per chunk length, as the server does with `codec_dynamic_frames:
-false`; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutions as matrix multiplies (`conv_1x1_as_mm`)
-instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the convs channels-last
+false`; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutions as matrix multiplies
+(`codec_conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the convs channels-last
 (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the convs before the upsampling (the two at the frame rate and
 the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`), `+dgemm` the wide dilated convs
 (`gemm_wide_dilated_convs=True`), `+dgemmN` those of at least N channels (`gemm_dilated_min_channels=N`), `+adgemm`
@@ -25,7 +25,6 @@ results/h200/2026-11-30_session5).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import time
@@ -65,7 +64,6 @@ def main() -> None:
     batches, frame_counts = [int(b) for b in args.batches.split(",")], [int(f) for f in args.frames.split(",")]
     programs = {name: make_program(decoder, name, (max(batches), max(frame_counts)))
                 for name in args.variants.split(",")}
-    settings = {name: _inductor_settings(name) for name in programs}
     whole = torch.cuda.Stream()
     places = [("whole GPU", whole, whole)]
     if args.codec_sms:
@@ -79,7 +77,7 @@ def main() -> None:
             row, first = {"batch": batch, "frames": frames}, None
             for name, program in programs.items():
                 try:
-                    timed, wav = time_variant(name, program, settings[name], codes, places, args.reps,
+                    timed, wav = time_variant(name, program, codes, places, args.reps,
                                               profile=batch == args.profile_batch)
                 except RuntimeError as exc:  # e.g. a cuDNN refusal: keep the other variants' timings
                     row[f"{name} error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -101,7 +99,7 @@ def relative_rms(wav: torch.Tensor, reference: torch.Tensor) -> float:
     return ((wav.float() - reference.float()).pow(2).mean().sqrt() / reference.float().pow(2).mean().sqrt()).item()
 
 
-def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.Tensor, places, reps: int,
+def time_variant(name: str, program: Qwen3CodecProgram, codes: torch.Tensor, places, reps: int,
                  profile: bool = False) -> tuple[dict, torch.Tensor]:
     """Compile (if so) and time one variant's graph at each place; `profile` also prints its kernels (whole GPU).
     Returns the timings and the samples of its first call (from a fresh state)."""
@@ -110,12 +108,11 @@ def time_variant(name: str, program: Qwen3CodecProgram, settings, codes: torch.T
     slots = torch.arange(batch, device="cuda")
     row = {}
     started = time.perf_counter()
-    with settings():
-        wav = program.decode(codes, slots, pool)
+    wav = program.decode(codes, slots, pool)
     torch.cuda.synchronize()
     if "compile" in name:
         row[f"{name} compile_s"] = round(time.perf_counter() - started, 1)
-    step = lambda: _decode_with(settings, program, codes, slots, pool)  # noqa: E731
+    step = lambda: program.decode(codes, slots, pool)  # noqa: E731
     for where, capture, launch in places:
         row[f"{name} ms ({where})"] = graph_ms(lambda _batch: step, batch, capture, launch, reps)
     if profile:
@@ -143,13 +140,14 @@ def profile_convolutions(step, device_activity) -> None:
 
 
 def make_program(decoder: CodecDecoder, variant: str, call_bounds: tuple[int, int] = (64, 10)) -> Qwen3CodecProgram:
-    """`graph`, `graph+compile` (cuDNN convs; the server's default is `+dgemm+tdil+static-frames` since session 14), with any of
-    `static-frames`, `1x1mm`, `nhwc` (the convs channels-last), `gemm` (the low-rate convs as matmuls), `dgemm` (the
-    wide dilated ones), `bounded` (sizes bounded by `call_bounds`, most rows and frames of a call) and `rowsN` (calls of
-    at most N rows) added; compiled or changed variants on a copy of the decoder."""
+    """`graph`, `graph+compile` (cuDNN convs; the server's default is `+dgemm+tdil+static-frames` since session 14),
+    with any of `static-frames`, `1x1mm`, `nhwc` (the convs channels-last), `gemm` (the low-rate convs as matmuls),
+    `dgemm` (the wide dilated ones), `ttail`/`tdil`/`tconv`, `nolayout`, `bounded` (sizes bounded by `call_bounds`,
+    most rows and frames of a call) and `rowsN` (calls of at most N rows) added (`codec_layout_choice.forms`);
+    compiled or changed variants on a copy of the decoder."""
     options = variant.split("+")
     try:
-        settings = forms([o for o in options[1:] if o not in ("compile", "1x1mm")])
+        settings = forms([o for o in options[1:] if o != "compile"])
     except ValueError:
         settings = None
     if options[0] != "graph" or settings is None:
@@ -164,20 +162,6 @@ def make_program(decoder: CodecDecoder, variant: str, call_bounds: tuple[int, in
                              compile=compiled, **form_arguments(settings),
                              shape_bounds=(max(2, min(call_bounds[0], rows or call_bounds[0])), max(2, call_bounds[1]))
                              if settings["codec_bounded_shapes"] else None)
-
-
-def _inductor_settings(variant: str):
-    """A context for every call of the variant (a compile may happen at any new shape class)."""
-    if "1x1mm" in variant.split("+"):
-        from torch._inductor import config as inductor_config
-
-        return lambda: inductor_config.patch(conv_1x1_as_mm=True)
-    return contextlib.nullcontext
-
-
-def _decode_with(settings, program, codes, slots, pool):
-    with settings():
-        return program.decode(codes, slots, pool)
 
 
 if __name__ == "__main__":

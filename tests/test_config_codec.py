@@ -17,7 +17,7 @@ def test_codec_layout_switches_default_as_timed_and_parse():
 
 @pytest.mark.parametrize("key", ["codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
                                  "codec_gemm_wide_dilated_convs", "codec_layout_optimization", "codec_bounded_shapes",
-                                 "codec_dynamic_frames"])
+                                 "codec_dynamic_frames", "codec_conv_1x1_as_mm"])
 def test_a_codec_switch_must_be_a_boolean(key):
     with pytest.raises(ValueError, match=f"voxserve.{key} must be true or false"):
         VoxServeConfig.from_dict({key: "yes"})

@@ -174,6 +174,11 @@ class VoxServeConfig:
     # the 384-channel dilation-9 conv in 7.4 ms, the kernel in 0.9); with static lengths "dilated" 20.3, "all" 24.1
     # (results/h200/2026-12-02_session13 and _session14; benchmarks/codec_step.py variants `tdil`, `tconv`).
     codec_conv_kernels: str = "dilated"
+    # Inductor's lowering of the compiled codec's 1x1 convs (the residual units' tails where cuDNN runs them) as
+    # matmuls over channels-last rows (`conv_1x1_as_mm`), in place of cuDNN convs with layout conversions around them
+    # (2.0 of a 64-chunk batch's 20.35 ms on the H200, session 14). Off until timed (codec_step variant `1x1mm`;
+    # session 6's timing of it reused a compiled graph).
+    codec_conv_1x1_as_mm: bool = False
     # Inductor's layout optimization in the compiled codec (channels-last buffers around convs; inductor's default).
     # Off (variant `nolayout`) the H200 ran the same kernels in the same time (results/h200/2026-12-02_session13).
     codec_layout_optimization: bool = True
@@ -203,7 +208,7 @@ class VoxServeConfig:
         for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
                      "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
                      "codec_gemm_wide_dilated_convs", "codec_layout_optimization", "codec_bounded_shapes",
-                     "codec_dynamic_frames"):
+                     "codec_dynamic_frames", "codec_conv_1x1_as_mm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         for name, least in (("codec_rows_per_call", 0), ("codec_gemm_dilated_min_channels", 1)):

@@ -54,6 +54,7 @@ BOOLEAN_FORMS = {
     "codec_layout_optimization": "inductor's layout optimization in the codec",
     "codec_dynamic_frames": "the chunk length dynamic in the compiled codec",
     "codec_bounded_shapes": "compile for this codec batch and chunk length at most",
+    "codec_conv_1x1_as_mm": "the compiled codec's 1x1 convs lowered to matmuls",
 }
 VALUE_FORMS = {
     "codec_gemm_dilated_min_channels": (int, "the fewest channels of a dilated conv made a matmul (wide dilated convs)"),

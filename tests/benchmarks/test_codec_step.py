@@ -17,7 +17,7 @@ def test_the_compared_codecs_are_built_with_their_settings():
     assert programs["graph+compile+static-frames"]._dynamic_dims[0] == (0,)
     nhwc = programs["graph+compile+nhwc"].decoder
     assert nhwc is not decoder and nhwc.decoder[0].channels_last and not decoder.decoder[0].channels_last
-    # each compiled variant on its own copy: on a shared decoder dynamo would reuse the first one's graphs
+    # each compiled variant on its own copy (the forms change the modules; each program compiles its own graphs)
     assert programs["graph"].decoder is decoder
     compiled = [p.decoder for name, p in programs.items() if name != "graph"]
     assert len({id(d) for d in compiled}) == 4 and decoder not in compiled

@@ -99,6 +99,29 @@ def test_each_compiled_program_compiles_its_own_graphs():
     assert [new_graphs(p) for p in (dynamic, static, dynamic)] == [1, 1, 0]
 
 
+@torch.inference_mode()
+def test_conv_1x1_as_mm_compiles_the_1x1_convs_as_matmuls():
+    """`conv_1x1_as_mm` (CPU inductor here): the 1x1 conv of each residual unit (the decoder's only 1x1 convs run as
+    convs: the quantizer's projections are matmuls already) leaves the generated code, and the audio stays the same."""
+    from torch._inductor.utils import run_and_get_code
+
+    from vllm_voxserve.models.qwen3_tts.codec.layers import ResidualUnit
+
+    decoder = CodecDecoder(CodecDecoderConfig(**TINY)).eval()
+    init_codec_decoder_weights(decoder, seed=0)
+    ones = sum(isinstance(m, ResidualUnit) for m in decoder.modules())
+    codes = torch.randint(0, 32, (2, 3, 16), generator=torch.Generator().manual_seed(0))
+    convs, audio = [], []
+    for as_mm in (False, True):
+        program = Qwen3CodecProgram(decoder, compile=True, conv_1x1_as_mm=as_mm)
+        pool = program.make_state_pool(2, torch.device("cpu"))
+        wav, code = run_and_get_code(lambda p=program, pool=pool: p.decode(codes, torch.arange(2), pool))
+        convs.append("\n".join(code).count("convolution("))
+        audio.append(wav)
+    assert ones > 0 and convs[0] - convs[1] == ones
+    torch.testing.assert_close(audio[1], audio[0], atol=1e-5, rtol=0)
+
+
 @pytest.mark.gpu
 @torch.no_grad()
 def test_qwen3_codec_through_gpu_lanes_matches_full_decode_and_times_chunks():

@@ -17,7 +17,7 @@ FORM_ARGUMENTS = {
     "codec_gemm_wide_dilated_convs": "gemm_wide_dilated_convs",
     "codec_gemm_dilated_min_channels": "gemm_dilated_min_channels", "codec_rows_per_call": "rows_per_call",
     "codec_conv_kernels": "conv_kernels", "codec_layout_optimization": "layout_optimization",
-    "codec_dynamic_frames": "dynamic_frames",
+    "codec_dynamic_frames": "dynamic_frames", "codec_conv_1x1_as_mm": "conv_1x1_as_mm",
 }
 
 
@@ -36,7 +36,8 @@ class Qwen3CodecProgram:
                  channels_last: bool = False, gemm_low_rate_convs: bool = False,
                  gemm_wide_dilated_convs: bool = False, rows_per_call: int = 0,
                  gemm_dilated_min_channels: int = 512, conv_kernels: str = "off",
-                 layout_optimization: bool = True, shape_bounds: tuple[int, int] | None = None) -> None:
+                 layout_optimization: bool = True, conv_1x1_as_mm: bool = False,
+                 shape_bounds: tuple[int, int] | None = None) -> None:
         """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`).
         `gemm_low_rate_convs`: its convs before the upsampling (`low_rate_convs`) as matmuls (`layers.use_gemm`;
         changes `decoder`). `gemm_wide_dilated_convs`: its dilated convs of at least
@@ -45,7 +46,8 @@ class Qwen3CodecProgram:
         `conv_kernels`: its residual units on the Triton conv kernel (`layers.use_conv_kernels`: "tails", "dilated"
         or "all"; changes `decoder`; after the matmul forms above), or "off".
         `layout_optimization`: inductor's choice of channels-last buffers around convs (its default); off, the compiled
-        codec keeps every buffer as the modules make it.
+        codec keeps every buffer as the modules make it. `conv_1x1_as_mm`: inductor lowers the compiled codec's 1x1
+        convs to matmuls (its `conv_1x1_as_mm`).
         `shape_bounds`: (most rows, most frames) of the calls the compiled graph serves with bounded dynamic sizes
         (larger calls get a graph of their own): inductor proves 32-bit indexing from the bounds instead of taking
         the first call's sizes and guarding on them. `dynamic_frames=False` compiles a graph per chunk length, whose
@@ -69,7 +71,8 @@ class Qwen3CodecProgram:
         # graph serves every batch and every length >= 2. torch.compile specialises size 1, so a lone row runs beside
         # a copy of itself (`_step`): a second compile of the whole codec cost 2 of a GPU server's start-up minutes.
         self.layout = StateLayout.of(decoder.config, state_dtype)
-        options = {} if layout_optimization else {"layout_optimization": False}
+        options = {**({} if layout_optimization else {"layout_optimization": False}),
+                   **({"conv_1x1_as_mm": True} if conv_1x1_as_mm else {})}
         self._compiled = torch.compile(self._decode_and_pack, backend=_OwnInductor(None, options, None)) \
             if compile else None
         self._dynamic_dims = ((0, 2) if dynamic_frames else (0,), (0,), (0,))  # codes [B, Q, F], position, block
