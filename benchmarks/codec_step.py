@@ -3,18 +3,18 @@
     python -m benchmarks.codec_step --batches 1,16,32 --frames 5,10 --out codec.json [--codec-sms 32]
 
 The real 12 Hz decoder shape (random weights, bf16 state and weights), exact incremental decode from a state pool, one
-CUDA graph per (variant, batch, frames), replays timed with CUDA events: on the whole GPU, and with `--codec-sms N`
-also on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the wall time of the
-first compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
+CUDA graph per (variant, batch, frames), replays timed with CUDA events: on the whole GPU, and with `--codec-sms N` also
+on an N-SM codec partition (driver green context; nothing else running). `compile_s` is the wall time of the first
+compiled call of that shape (0 when it reused a graph). `--variants graph` skips the compile;
 `graph+compile+static-frames` compiles one graph per chunk length, as the server does with `codec_dynamic_frames:
 false`; `graph+compile+1x1mm` lets inductor run the codec's 1x1 convolutions as matrix multiplies
-(`codec_conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the convs channels-last
-(`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the convs before the upsampling (the two at the frame rate and
-the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`), `+dgemm` the wide dilated convs
-(`gemm_wide_dilated_convs=True`), `+dgemmN` those of at least N channels (`gemm_dilated_min_channels=N`), `+adgemm`
-every dilated conv; `+ttail` runs the vocoder's residual units' SnakeBeta -> conv k1 -> + input on the plugin's Triton
-conv kernel (`conv_kernels="tails"`), `+tdil` their dilated convs that are not matmuls (`"dilated"`), `+tconv` both
-and their undilated k7 convs (`"all"`); `+nolayout` compiles without inductor's layout optimization
+(`codec_conv_1x1_as_mm`) instead of cuDNN convolutions with their layout conversions; `graph+compile+nhwc` runs the
+convs channels-last (`Qwen3CodecProgram(channels_last=True)`); `+gemm` runs the convs before the upsampling (the two at
+the frame rate and the upsampler's two transposed convs) as matmuls (`gemm_low_rate_convs=True`), `+dgemm` the wide
+dilated convs (`gemm_wide_dilated_convs=True`), `+dgemmN` those of at least N channels (`gemm_dilated_min_channels=N`),
+`+adgemm` every dilated conv; `+ttail` runs the vocoder's residual units' SnakeBeta -> conv k1 -> + input on the
+plugin's Triton conv kernel (`conv_kernels="tails"`), `+tdil` their dilated convs that are not matmuls (`"dilated"`),
+`+tconv` both and their undilated k7 convs (`"all"`); `+nolayout` compiles without inductor's layout optimization
 (`layout_optimization=False`); `+bounded` with the batch and the chunk length bounded by the largest timed
 (`shape_bounds`); `+rows16` decodes the batch as calls of at most 16 rows, one after another in the one graph
 (`rows_per_call=16`). cuDNN picks its convolution algorithms by heuristics, as in the server (its timed search was
@@ -35,6 +35,7 @@ from benchmarks.code_predictor_step import profile_kernels
 from benchmarks.codec_layout_choice import DEVIATION, forms
 from benchmarks.fig3.measure import graph_ms
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
+from vllm_voxserve.config import codec_call_shape
 from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
@@ -157,10 +158,9 @@ def make_program(decoder: CodecDecoder, variant: str, call_bounds: tuple[int, in
     # variant's graphs, compile_s 0 and the same kernels, in sessions 6 and 14).
     compiled = "compile" in options
     changed = any(settings[key] != value for key, value in forms([]).items() if key != "codec_dynamic_frames")
-    rows = settings["codec_rows_per_call"]
     return Qwen3CodecProgram(copy.deepcopy(decoder) if compiled or changed else decoder, torch.bfloat16,
                              compile=compiled, **form_arguments(settings),
-                             shape_bounds=(max(2, min(call_bounds[0], rows or call_bounds[0])), max(2, call_bounds[1]))
+                             shape_bounds=codec_call_shape(*call_bounds, settings["codec_rows_per_call"])
                              if settings["codec_bounded_shapes"] else None)
 
 

@@ -114,6 +114,15 @@ class LanesConfig:
         return cls(**raw)
 
 
+def codec_call_shape(rows: int, frames: int, rows_per_call: int = 0) -> tuple[int, int]:
+    """The largest (chunks, frames) of one codec call, for batches of up to `rows` chunks of up to `frames` frames
+    decoded as calls of at most `rows_per_call` rows (0: one call); at least 2 each (the compiled codec never sees
+    size 1): the compiled codec's `shape_bounds` with `codec_bounded_shapes`."""
+    if rows_per_call:
+        rows = min(rows, rows_per_call)
+    return max(rows, 2), max(frames, 2)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class VoxServeConfig:
     # Audio chunking: the first chunk may be shorter for a fast first audio; later chunks are `chunk_frames` long.
@@ -241,10 +250,9 @@ class VoxServeConfig:
     def codec_call_bounds(self) -> tuple[int, int]:
         """(most chunks, most frames) of one codec call the server makes: the lanes' largest batches and the inline
         codec's (at most codec_rows_per_call of them a call), and the longest chunk."""
-        rows = max(self.lanes.background_max_batch, *self.lanes.urgent_buckets, self.max_codec_batch)
-        if self.codec_rows_per_call:
-            rows = min(rows, self.codec_rows_per_call)
-        return max(rows, 2), max(*self.lanes.frame_counts, self.first_chunk_frames, self.chunk_frames, 2)
+        return codec_call_shape(max(self.lanes.background_max_batch, *self.lanes.urgent_buckets, self.max_codec_batch),
+                                max(*self.lanes.frame_counts, self.first_chunk_frames, self.chunk_frames),
+                                self.codec_rows_per_call)
 
     def scheduler_policy(self) -> SchedulerPolicyConfig:
         """The scheduling policy: `scheduler` plus the SLO and chunking set at the top level (the server-default

@@ -28,7 +28,7 @@ from vllm_voxserve.codec_lanes.split_chooser import (
     codec_step_factory,
     profile_splits,
 )
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.config import VoxServeConfig, codec_call_shape
 from vllm_voxserve.models.qwen3_tts.codec_program import form_arguments
 
 
@@ -100,7 +100,7 @@ def main() -> None:
     dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
     forms = form_arguments(args)
     if args.codec_bounded_shapes:
-        forms["shape_bounds"] = (max(2, args.codec_batch), max(2, args.frames))
+        forms["shape_bounds"] = codec_call_shape(args.codec_batch, args.frames, args.codec_rows_per_call)
     backbone = backbone_step_factory(context=args.context)
     codec = build_codec(dtype, not args.no_codec_compile, **forms)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))

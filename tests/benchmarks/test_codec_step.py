@@ -23,5 +23,9 @@ def test_the_compared_codecs_are_built_with_their_settings():
     assert len({id(d) for d in compiled}) == 4 and decoder not in compiled
     gemm = make_program(decoder, "graph+compile+gemm").decoder
     assert gemm is not decoder and gemm.pre_conv.as_gemm and not decoder.pre_conv.as_gemm
+    # bounded: the largest call, rows capped by the calls' rows, as the server bounds its codec
+    assert make_program(decoder, "graph+compile+bounded", (64, 10)).shape_bounds == (64, 10)
+    assert make_program(decoder, "graph+compile+bounded+rows16", (64, 10)).shape_bounds == (16, 10)
+    assert make_program(decoder, "graph+compile", (64, 10)).shape_bounds is None
     with pytest.raises(ValueError, match="unknown variant"):
         make_program(decoder, "graph+compiled")

@@ -57,10 +57,10 @@ def _out_len(x: torch.Tensor, weight: torch.Tensor, dilation: int) -> int:
     return x.shape[-1] - (weight.shape[-1] - 1) * dilation
 
 
-# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages[, flat]) by (in channels, out channels, taps); flat: one loop over
-# (tap, channel) rows of BLOCK_C, a block may span two taps (else channel blocks outer, taps inner). The least time over 64
-# chunks of 10 frames (and 4 of 5 for the tails) of the tiles on the H200 (benchmarks/codec_conv_tiles.py; k7:
-# results/h200/2026-12-02_session14/codec/run1_tiles.json, k1: session 13's); `tile` below for other shapes.
+# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages[, flat]) by (in channels, out channels, taps); flat: one loop
+# over (tap, channel) rows of BLOCK_C, a block may span two taps (else channel blocks outer, taps inner). The least
+# time over 64 chunks of 10 frames (and 4 of 5 for the tails) of the tiles on the H200 (benchmarks/codec_conv_tiles.py;
+# k7: results/h200/2026-12-02_session14/codec/run1_tiles.json, k1: session 13's); `tile` below for other shapes.
 TILES: dict[tuple[int, int, int], tuple] = {
     (768, 768, 7): (128, 128, 64, 8, 3, True), (384, 384, 7): (128, 128, 32, 8, 3), (192, 192, 7): (64, 128, 32, 4, 3),
     (96, 96, 7): (128, 128, 64, 8, 3, True), (768, 768, 1): (128, 64, 32, 4, 3), (384, 384, 1): (128, 128, 32, 8, 3),
