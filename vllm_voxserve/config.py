@@ -198,8 +198,8 @@ class VoxServeConfig:
     codec_bounded_shapes: bool = False
     # The chunk length dynamic in the compiled codec: one compile for every length. Off, one compile per length (5 and
     # 10 frames by default), whose element-wise kernels index by constant sizes instead of dividing by runtime ones:
-    # on the H200 1.17-1.43x faster at 4 and 64 chunks of 5 and 10 frames (64 x 10: 20.3 ms against 29.0; the
-    # SnakeBeta passes 3x faster), for a second compile at start-up (codec lanes built in 186 s;
+    # on the H200 1.17-1.43x faster on the whole GPU at 4 and 64 chunks of 5 and 10 frames, 1.22-1.46x on 64 SMs
+    # (64 x 10: 20.3 ms against 29.0; the SnakeBeta passes about 3x faster), for a second compile at start-up (codec lanes built in 186 s;
     # results/h200/2026-12-02_session14, codec_step variant `static-frames`).
     codec_dynamic_frames: bool = False
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
