@@ -57,12 +57,13 @@ def test_mode_rpc_goes_through_our_scheduler_and_nothing_else_does():
 
     class Scheduler:
         stock = False
+        admission_mode = configured_admission_mode = "deadline_aware"
 
         def has_requests(self):
             return False
 
-        def set_stock(self, stock):
-            self.stock = stock
+        def set_policy(self, stock, admission_mode):
+            self.stock, self.admission_mode = stock, admission_mode
 
     core = types.SimpleNamespace(scheduler=Scheduler(),
                                  model_executor=types.SimpleNamespace(collective_rpc=executor_rpc))

@@ -99,9 +99,10 @@ def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
     process (our scheduler installs it when vLLM builds it there).
 
     Why: `POST /voxserve/mode` reaches the workers through vLLM's `collective_rpc`, but the `vllm-stock` serving mode
-    also changes the scheduler, which lives in the engine core and has no RPC of its own. For our method only, the
-    call goes to `handler(scheduler, mode, forward)` (`scheduler.serving_mode.handle_mode_call`), which forwards the
-    codec part to the workers through the original method; every other call is untouched.
+    and the admission modes (`lanes+prefill_first`) also change the scheduler, which lives in the engine core and
+    has no RPC of its own. For our method only, the call goes to `handler(scheduler, mode, forward)`
+    (`scheduler.serving_mode.handle_mode_call`), which forwards the codec part to the workers through the original
+    method; every other call is untouched.
     """
     from vllm.v1.engine.core import EngineCore
 
@@ -111,7 +112,7 @@ def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
 
     def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
         scheduler = getattr(self, "scheduler", None)
-        if method != method_name or not hasattr(scheduler, "set_stock"):
+        if method != method_name or not hasattr(scheduler, "set_policy"):
             return original(self, method, timeout, args, kwargs)
         mode = args[0] if args else None
         return handler(scheduler, mode, lambda codec_mode: original(self, method, timeout, (codec_mode,), kwargs))

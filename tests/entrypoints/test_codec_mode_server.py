@@ -51,7 +51,8 @@ def switch(url: str, mode: str) -> requests.Response:
 
 def test_switching_to_lanes_streams_the_same_audio(server):
     assert MODE_RPC_METHOD == "voxserve_codec_mode"  # the name the API server's routes call
-    assert modes(server) == {"modes": ["inline", "lanes", "vllm-stock"], "current": "inline"}
+    listed = ["inline", "lanes", "vllm-stock", "inline+prefill_first", "lanes+prefill_first"]
+    assert modes(server) == {"modes": listed, "current": "inline"}
     inline, _ = stream_pcm(server)
     jobs = [dict(seed=20 + i, max_new_tokens=14 + 6 * i, voice=v) for i, v in enumerate(["vivian", "aiden", "eric"])]
     inline_alone = [stream_pcm(server, **job)[0] for job in jobs]
@@ -93,8 +94,25 @@ def test_vllm_stock_mode_serves_the_same_audio_under_vllms_scheduler(server):
     assert modes(server)["current"] == "inline"
 
 
+def test_an_admission_mode_serves_the_same_audio_and_a_plain_name_goes_back(server):
+    """`inline+prefill_first`: the paper's ablation of deadline-aware admission, switched live."""
+    inline, _ = stream_pcm(server)
+    response = switch(server, "inline+prefill_first")
+    assert response.status_code == 200, response.text
+    assert modes(server)["current"] == "inline+prefill_first"
+    try:
+        fifo, _ = stream_pcm(server)
+        assert np.abs(fifo.astype(np.int32) - inline.astype(np.int32)).max() <= 2  # scheduling, not content
+    finally:
+        answer = switch(server, "inline")
+        assert answer.status_code == 200, answer.text
+    assert modes(server)["current"] == "inline"
+
+
 def test_bad_mode_is_a_400_and_a_busy_server_a_409(server):
     assert switch(server, "time_sharing").status_code == 400
+    unknown = switch(server, "inline+fifo")
+    assert unknown.status_code == 400 and "fifo" in unknown.json()["error"]["message"]
     assert requests.post(f"{server}/voxserve/mode", data=b"{", timeout=30).status_code == 400
     # ~300 frames run for seconds on this CPU: the switch arrives while the request is running.
     response = requests.post(f"{server}/v1/audio/speech", json={**JOB, "max_new_tokens": 300}, stream=True,

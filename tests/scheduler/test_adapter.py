@@ -149,6 +149,30 @@ def test_prefill_first_admits_at_once():
     assert new == {"b"} and scheduled == {"a", "b"}
 
 
+def test_prefill_first_switched_on_live_admits_at_once_and_the_configured_mode_comes_back():
+    """`lanes+prefill_first` on a deadline-aware server (serving_mode.py): the same costs, the other admission."""
+    scheduler, clock = build()
+    costs = scheduler.planner.costs
+    scheduler.set_policy(stock=False, admission_mode="prefill_first")
+    assert scheduler.admission_mode == "prefill_first" and scheduler.planner.costs is costs
+    scheduler.add_request(speech_request("a", clock))
+    step(scheduler, clock)
+    step(scheduler, clock)
+    scheduler.add_request(speech_request("b", clock))
+    assert step(scheduler, clock)[1] == {"b"}  # deferred under the configured mode (the test above)
+    with pytest.raises(RuntimeError, match="no request"):
+        scheduler.set_policy(stock=False)
+    scheduler.finish_requests(["a", "b"], RequestStatus.FINISHED_ABORTED)
+    step(scheduler, clock)
+    scheduler.set_policy(stock=False)
+    assert scheduler.admission_mode == scheduler.configured_admission_mode == "deadline_aware"
+    scheduler.add_request(speech_request("c", clock))
+    step(scheduler, clock)
+    step(scheduler, clock)
+    scheduler.add_request(speech_request("d", clock))
+    assert step(scheduler, clock)[1] == set() and "d" in scheduler.held
+
+
 def test_idle_server_admits_at_once_in_deadline_mode():
     scheduler, clock = build()
     scheduler.add_request(speech_request("a", clock))
@@ -252,7 +276,7 @@ def test_attach_report_reaches_the_output_an_async_output_will_return():
 def test_stock_mode_runs_vllms_policy_untouched_and_switches_only_when_idle(async_scheduling):
     """The `vllm-stock` serving mode: where our policy defers b's prefill, vLLM's schedules it at once."""
     scheduler, clock = build(async_scheduling=async_scheduling)
-    scheduler.set_stock(True)
+    scheduler.set_policy(stock=True)
     scheduler.add_request(speech_request("a", clock))
     for _ in range(2):
         step(scheduler, clock)
@@ -262,10 +286,10 @@ def test_stock_mode_runs_vllms_policy_untouched_and_switches_only_when_idle(asyn
     assert not scheduler.streams and not scheduler.held  # the policy saw nothing
     assert scheduler.has_requests()
     with pytest.raises(RuntimeError, match="no request"):
-        scheduler.set_stock(False)
+        scheduler.set_policy(stock=False)
     scheduler.finish_requests(["a", "b"], RequestStatus.FINISHED_ABORTED)
     step(scheduler, clock)
-    scheduler.set_stock(False)
+    scheduler.set_policy(stock=False)
     scheduler.add_request(speech_request("c", clock))
     assert "c" in scheduler.held or "c" in scheduler.streams  # the policy is back
 
@@ -306,7 +330,7 @@ def test_the_policys_host_time_is_logged_each_window_in_either_mode(stock):
     scheduler, clock = build()
     lines = []
     scheduler.host_times = StepHostTimes(every=3, report=lines.append, title="voxserve scheduler host time")
-    scheduler.set_stock(stock)
+    scheduler.set_policy(stock=stock)
     scheduler.add_request(speech_request("a", clock))
     for _ in range(3):
         step(scheduler, clock)

@@ -1,17 +1,22 @@
-"""The engine-core end of the mode call: `vllm-stock` is the scheduler's switch plus the workers' inline codec."""
+"""The engine-core end of the mode call: `vllm-stock` is the scheduler's switch plus the workers' inline codec;
+`CODEC+ADMISSION` is the workers' codec mode plus the scheduler's admission mode."""
 
-from vllm_voxserve.scheduler.serving_mode import STOCK_MODE, handle_mode_call
+import pytest
+
+from vllm_voxserve.scheduler.serving_mode import STOCK_MODE, ServingMode, handle_mode_call, parse_mode
 
 
 class FakeScheduler:
+    configured_admission_mode = "deadline_aware"
+
     def __init__(self):
-        self.stock, self.busy = False, False
+        self.stock, self.busy, self.admission_mode = False, False, "deadline_aware"
 
     def has_requests(self):
         return self.busy
 
-    def set_stock(self, stock):
-        self.stock = stock
+    def set_policy(self, stock, admission_mode):
+        self.stock, self.admission_mode = stock, admission_mode
 
 
 class FakeWorkers:
@@ -36,7 +41,16 @@ class FakeWorkers:
 def test_report_lists_the_stock_mode():
     scheduler, workers = FakeScheduler(), FakeWorkers()
     replies = handle_mode_call(scheduler, None, workers)
-    assert replies == [{"status": 200, "modes": ["inline", "lanes", STOCK_MODE], "current": "inline"}] * 2
+    modes = ["inline", "lanes", STOCK_MODE, "inline+prefill_first", "lanes+prefill_first"]
+    assert replies == [{"status": 200, "modes": modes, "current": "inline"}] * 2
+
+
+def test_mode_names():
+    assert parse_mode("lanes") == ServingMode("lanes", False, None)
+    assert parse_mode(STOCK_MODE) == ServingMode("inline", True, None)
+    assert parse_mode("lanes+prefill_first") == ServingMode("lanes", False, "prefill_first")
+    with pytest.raises(ValueError, match="admission mode 'fifo'"):
+        parse_mode("lanes+fifo")
 
 
 def test_stock_mode_sets_the_scheduler_and_an_inline_codec_and_back():
@@ -58,3 +72,28 @@ def test_busy_or_bad_requests_change_nothing():
     scheduler.busy = False
     replies = handle_mode_call(scheduler, "time_sharing", workers)
     assert {r["status"] for r in replies} == {400} and not scheduler.stock
+
+
+def test_an_admission_mode_switches_the_scheduler_and_the_codec_and_a_plain_name_restores_the_configured_one():
+    scheduler, workers = FakeScheduler(), FakeWorkers()
+    replies = handle_mode_call(scheduler, "lanes+prefill_first", workers)
+    assert workers.calls[-1] == "lanes" and scheduler.admission_mode == "prefill_first" and not scheduler.stock
+    assert {r["current"] for r in replies} == {"lanes+prefill_first"}
+    assert handle_mode_call(scheduler, None, workers)[0]["current"] == "lanes+prefill_first"
+    handle_mode_call(scheduler, STOCK_MODE, workers)  # vLLM's policy: the admission mode is the configured one
+    assert scheduler.stock and scheduler.admission_mode == "deadline_aware"
+    replies = handle_mode_call(scheduler, "lanes", workers)
+    assert {r["current"] for r in replies} == {"lanes"} and scheduler.admission_mode == "deadline_aware"
+
+
+def test_an_unknown_admission_mode_is_rejected_before_the_workers_switch():
+    scheduler, workers = FakeScheduler(), FakeWorkers()
+    replies = handle_mode_call(scheduler, "lanes+fifo", workers)
+    assert {r["status"] for r in replies} == {400} and "fifo" in replies[0]["error"]
+    assert workers.calls == [None] and workers.current == "inline" and scheduler.admission_mode == "deadline_aware"
+
+
+def test_a_failed_codec_switch_leaves_the_admission_mode():
+    scheduler, workers = FakeScheduler(), FakeWorkers()
+    replies = handle_mode_call(scheduler, "two-stream+prefill_first", workers)
+    assert {r["status"] for r in replies} == {400} and scheduler.admission_mode == "deadline_aware"

@@ -84,6 +84,7 @@ class SpeechPolicyMixin:
         self.max_audio_streams = config.max_codec_slots
         self.audio_streams: set[str] = set()  # the worker's open audio streams at its last report
         self.speech_policy = self.planner.cfg
+        self.configured_admission_mode = self.speech_policy.admission_mode  # what a plain codec mode name runs
         self.chunk_schedule = schedule_of(self.speech_policy)  # once, not per stream and step
         self.streams: dict[str, StreamState] = {}  # admitted speech requests
         self.held: dict[str, WaitingRequest] = {}  # speech requests not yet admitted, in arrival order
@@ -94,11 +95,20 @@ class SpeechPolicyMixin:
         # (with one GPU the worker runs in this process): logged like the worker's step host time.
         self.host_times = StepHostTimes(title="voxserve scheduler host time")
 
-    def set_stock(self, stock: bool) -> None:
-        """Switch between our policy and vLLM's own (only while vLLM's `has_requests()` is false: nothing running,
-        nothing finished that the workers have not been told about)."""
+    @property
+    def admission_mode(self) -> str:
+        return self.speech_policy.admission_mode
+
+    def set_policy(self, stock: bool, admission_mode: str | None = None) -> None:
+        """Switch between our policy and vLLM's own, and our policy's admission mode (default: the configured one),
+        only while vLLM's `has_requests()` is false: nothing running, nothing finished that the workers have not
+        been told about. The planner's learned costs carry over."""
         if self.has_requests():
             raise RuntimeError("the scheduling policy changes only while no request is running")
+        admission_mode = admission_mode or self.configured_admission_mode
+        if admission_mode != self.speech_policy.admission_mode:
+            self.planner = Planner(self.speech_policy.replace(admission_mode=admission_mode), self.planner.costs)
+            self.speech_policy = self.planner.cfg
         self.stock = stock
         self.streams.clear()
         self.audio_streams.clear()
