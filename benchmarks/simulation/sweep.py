@@ -13,11 +13,14 @@ MODES = {
     # the paper's baseline LM policy: admit every prefill at once, decode in arrival order
     "prefill_first": {"admission_mode": "prefill_first", "overload_mode": "off"},
     # the paper's VoxServe: deadline-aware admission (its literal slack rule) and least-slack decode order
-    "deadline_aware": {"admission_mode": "deadline_aware", "overload_mode": "off", "count_late_requests": True},
-    # ours: deadline-aware, plus 503 + Retry-After past capacity
-    "deadline_aware_shed": {
-        "admission_mode": "deadline_aware", "overload_mode": "reject", "count_late_requests": False,
+    "deadline_aware": {
+        "admission_mode": "deadline_aware", "overload_mode": "off", "count_late_requests": True,
+        "forced_admission": "oldest",
     },
+    # ours without shedding: requests already late left out of the slack, a full prefill when a deferral ends
+    "deadline_aware_ours": {"admission_mode": "deadline_aware", "overload_mode": "off"},
+    # ours: deadline-aware, plus 503 + Retry-After past capacity
+    "deadline_aware_shed": {"admission_mode": "deadline_aware", "overload_mode": "reject"},
 }
 
 # The simulated GPU is the paper's H100, whose decode cost line is derived for full batches of 64 (costs.py): the

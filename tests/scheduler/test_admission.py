@@ -19,21 +19,24 @@ DEADLINE_AWARE_STEPS = [
     {"now": 0.02, "slack": 0.003, "admit": 0, "forced": False},  # deferral starts (streak from 0.02)
     {"now": 0.06, "slack": 0.002, "admit": 0, "forced": False},
     {"now": 0.11, "slack": 0.001, "admit": 0, "forced": False},  # 90 ms in a row; the next step comes at 100 ms
-    {"now": 0.12, "slack": 0.001, "admit": 1, "forced": True},  # 100 ms, and the next step would pass it: admit
+    {"now": 0.12, "slack": 0.001, "admit": 8, "forced": True},  # 100 ms, and the next step would pass it: a pack
     {"now": 0.13, "slack": 0.001, "admit": 0, "forced": False},  # a new streak
     {"now": 0.14, "slack": float("inf"), "admit": 8, "forced": False},  # nothing running: admit
 ]
 
 
-def test_deadline_aware_admission_step_table():
-    policy = PrefillAdmission(DEADLINE_AWARE, COSTS)
+@pytest.mark.parametrize("forced_admission", ["pack", "oldest"])
+def test_deadline_aware_admission_step_table(forced_admission):
+    """"oldest" (the paper's literal rule) differs in one row: the forced admission takes one request, not 8."""
+    policy = PrefillAdmission(DEADLINE_AWARE.replace(forced_admission=forced_admission), COSTS)
     queue = [waiting(f"w{i}", arrival=0.0) for i in range(40)]
     for step in DEADLINE_AWARE_STEPS:
         decision = policy.decide(step["now"], queue, step["slack"], next_step_s=0.01)
-        assert (len(decision.admit), decision.forced) == (step["admit"], step["forced"]), step
+        expected = 1 if step["forced"] and forced_admission == "oldest" else step["admit"]
+        assert (len(decision.admit), decision.forced) == (expected, step["forced"]), step
         assert decision.deferred == (step["admit"] == 0)
-        assert [w.request_id for w in decision.admit] == [w.request_id for w in queue[: step["admit"]]]
-        queue = queue[step["admit"] :]
+        assert [w.request_id for w in decision.admit] == [w.request_id for w in queue[:expected]]
+        queue = queue[expected:]
 
 
 def test_prefill_first_admits_at_once_whatever_the_slack():
@@ -54,7 +57,7 @@ def test_prefill_packing_respects_token_budget():
 def test_no_prefill_is_deferred_more_than_100_ms_in_a_row(slack):
     """Running requests short on slack at every step: a prefill still goes in every 100 ms."""
     policy = PrefillAdmission(DEADLINE_AWARE, COSTS)
-    queue = [waiting(f"w{i}") for i in range(50)]
+    queue = [waiting(f"w{i}") for i in range(200)]  # each forced admission takes a pack of 8
     step_s, first_deferred, spans = 0.007, None, []  # 7 ms steps: not a divisor of 100 ms
     for step in range(300):
         now = step * step_s

@@ -5,7 +5,8 @@ A prefill runs on the whole GPU and delays the next decode step of every running
 - prefill_first: admit waiting requests in arrival order as soon as the LM lane can take them.
 - deadline_aware: admit only the prefills whose estimated duration fits within the smallest slack of the running
   requests; otherwise defer, but never for more than `max_prefill_deferral_s` in a row: once the lane has deferred
-  that long, the oldest waiting request is admitted regardless.
+  that long, it admits a full prefill (`forced_admission="pack"`) or, as the paper's literal rule, the oldest
+  waiting request alone ("oldest"), which past capacity admits one request per deferral limit.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ class PrefillAdmission:
             self.deferring_since = now
         if now + next_step_s - self.deferring_since > self.cfg.max_prefill_deferral_s + _CLOCK_EPSILON_S:
             self.deferring_since = None
-            return AdmissionDecision([waiting[0]], forced=True)
+            if self.cfg.forced_admission == "oldest":
+                return AdmissionDecision([waiting[0]], forced=True)
+            return AdmissionDecision(first_fit(waiting, float("inf"), self.costs, self.cfg), forced=True)
         return AdmissionDecision(deferred=True)
 
     def deferral_deadline(self) -> float | None:

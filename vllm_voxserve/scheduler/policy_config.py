@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 ADMISSION_MODES = ("deadline_aware", "prefill_first")
+FORCED_ADMISSIONS = ("pack", "oldest")
 OVERLOAD_MODES = ("off", "reject")
 
 
@@ -34,6 +35,12 @@ class SchedulerPolicyConfig:
     max_prefill_deferral_s: float = 0.1
     admission_mode: str = "deadline_aware"
     count_late_requests: bool = False  # True: the paper's literal rule, where already-late requests also defer
+    # When a deferral ends by force, "pack": admit a full prefill (up to max_prefills_per_step); "oldest": only the
+    # oldest request, the paper's literal rule, which admits one request per deferral limit while slack stays short
+    # (§4.7: 15 req/s completed at 52 offered). On the H200 with "oldest", `lanes` met 99.3 % at 96 req/s, but at
+    # 104 its TTFA grew without bound (p50 95 ms to 524 ms within 14 s) where `lanes+prefill_first` held 95.8 %
+    # (results/h200/2026-12-02_session15).
+    forced_admission: str = "pack"
     # overload
     overload_mode: str = "reject"
     demand_horizons_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)  # windows the frame demand is checked over
@@ -63,6 +70,10 @@ class SchedulerPolicyConfig:
             )
         if self.admission_mode not in ADMISSION_MODES:
             raise ValueError(f"admission_mode must be one of {ADMISSION_MODES}, got {self.admission_mode!r}")
+        if not isinstance(self.count_late_requests, bool):
+            raise ValueError(f"count_late_requests must be true or false, got {self.count_late_requests!r}")
+        if self.forced_admission not in FORCED_ADMISSIONS:
+            raise ValueError(f"forced_admission must be one of {FORCED_ADMISSIONS}, got {self.forced_admission!r}")
         if self.overload_mode not in OVERLOAD_MODES:
             raise ValueError(f"overload_mode must be one of {OVERLOAD_MODES}, got {self.overload_mode!r}")
 
