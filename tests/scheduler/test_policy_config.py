@@ -21,6 +21,8 @@ def test_defaults_follow_the_paper():
         {"background_min_batch": 17, "background_max_batch": 16},
         {"max_prefill_deferral_s": -1},
         {"admission_mode": "fifo"},
+        {"forced_admission": "one"},
+        {"count_late_requests": "yes"},
         {"overload_mode": "drop"},
         {"chunk_frames": 2.5},
         {"max_decode_batch": True},
