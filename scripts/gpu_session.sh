@@ -94,7 +94,14 @@ collect)
   [ -e "$root/gpu0/done" ] && [ -e "$root/gpu1/done" ] && echo "all done"
   tail -n 4 "$root"/gpu0/first/run/run.txt "$root"/gpu0/run/run.txt "$root"/gpu*/micro*/times.txt "$root"/gpu1/variant/run/run.txt 2>/dev/null
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv
-  tar czf "$OUT/snapshot.tgz" --exclude='*.safetensors' -C "$root" .
+  # Each benchmark record travels xz-compressed (a four-mode run's raw record.json made the snapshot too large for
+  # the device tool to return, session 15): record.json.xz beside it, the raw file left out.
+  find "$root" -name record.json -print0 | while IFS= read -r -d '' record; do
+    if command -v xz > /dev/null; then xz -T0 -6 -k -f "$record"
+    else python3 -c 'import lzma, sys; from pathlib import Path; p = Path(sys.argv[1])
+Path(f"{p}.xz").write_bytes(lzma.compress(p.read_bytes()))' "$record"; fi
+  done
+  tar czf "$OUT/snapshot.tgz" --exclude='*.safetensors' --exclude=record.json -C "$root" .
   # the servers' compile results, for the next session's machine (carry it as .gpu/compile_cache.bin), where the
   # device tool can return it (16 MiB a file; session 11's, 56 MB, was left out)
   if [ -n "${VOXSERVE_COMPILE_CACHE:-}" ] && [ -e "$VOXSERVE_COMPILE_CACHE" ]; then

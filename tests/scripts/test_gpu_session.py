@@ -1,8 +1,10 @@
 """scripts/gpu_session.sh with stand-ins for the jobs it starts: which server runs with which settings, on which GPU."""
 
+import lzma
 import os
 import shutil
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -67,3 +69,23 @@ def test_the_second_gpu_serves_with_its_own_settings_once_the_checkpoint_is_ther
         f"CONFIG={{\"second\":1}}",
         f"OUT={gpu1} RES={gpu1}/micro_after MODES= START=56 EXTRA=[] CONFIG={{\"second\":1}}",
     ]
+
+
+def test_collect_returns_each_record_compressed_and_not_raw(tmp_path):
+    env = _stand_ins(tmp_path)
+    run = tmp_path / "session" / "gpu0" / "run" / "ablation"
+    run.mkdir(parents=True)
+    (run / "record.json").write_text('{"modes": {}}' + " " * 10000)
+    (tmp_path / "session" / "gpu1").mkdir()
+    for gpu in ("gpu0", "gpu1"):
+        (tmp_path / "session" / gpu / "done").touch()
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run(["bash", "scripts/gpu_session.sh", "collect"], cwd=tmp_path,
+                            env={**env, "OUT": str(out), "WAIT_S": "1"}, capture_output=True, text=True, timeout=60)
+    assert "all done" in result.stdout, result.stderr
+    with tarfile.open(out / "snapshot.tgz") as snapshot:
+        names = snapshot.getnames()
+        assert "./gpu0/run/ablation/record.json.xz" in names and "./gpu0/run/ablation/record.json" not in names
+        packed = snapshot.extractfile("./gpu0/run/ablation/record.json.xz").read()
+    assert lzma.decompress(packed).decode().startswith('{"modes": {}}')
