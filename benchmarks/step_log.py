@@ -2,9 +2,9 @@
 
 The worker logs one `voxserve step host time over N steps ...` line per window (`worker/step_timing.py`: every
 2,000 steps or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's
-rates: steps, mean decode batch, decode and prompt-carrying steps' device time (p50), the step interval (p50/p90),
-the device's idle gap before a step (p50/p90: the host time it waited for), our host time (p50 of the total), each
-codec lane's busy share and mean batch, the gauges (open audio streams, chunks waiting for a lane: p50/max), and the
+rates: steps, mean decode batch, the backbone's frames per second, decode and prompt-carrying steps' device time
+(p50), the step interval (p50/p90), the device's idle gap before a step (p50/p90: the host time it waited for), our
+host time (p50 of the total), each codec lane's busy share and mean batch, the gauges (open audio streams, chunks waiting for a lane: p50/max), and the
 worker's part of the time to first audio of the requests that heard it in the window (prefill to first chunk cut,
 cut to first audio sent: p50/p99 ms).
 """
@@ -59,6 +59,9 @@ def parse_line(text: str) -> dict | None:
         share = re.search(r"at mean (\d+) prompt tokens \((\d+)% of steps\)", rest)
         if share:
             row["prompt_tokens"], row["prefill_share"] = int(share.group(1)), int(share.group(2)) / 100
+    frames = re.search(r"; backbone frames (\d+)/s", match.group(4))
+    if frames:
+        row["frames_per_s"] = int(frames.group(1))
     return row
 
 
@@ -80,8 +83,8 @@ def _cell(row: dict, name: str, key: str = "p50", scale: float = 1.0, digits: in
 
 
 def format_table(rows: list[dict]) -> str:
-    head = ("time      steps batch decode  prefill(share)  interval p50/p90  gap p50/p90  host  urgent  background    "
-            "streams  waiting  to cut   to audio   pump us p50/p99")
+    head = ("time      steps batch frames/s decode  prefill(share)  interval p50/p90  gap p50/p90  host  urgent  "
+            "background    streams  waiting  to cut   to audio   pump us p50/p99")
     lines = [head]
     scheduler = [r for r in rows if r.get("source") == "scheduler"]
     for r in rows:
@@ -97,7 +100,8 @@ def format_table(rows: list[dict]) -> str:
                   f"{_cell(r, 'first chunk ms after prefill', 'p99', digits=0)}  "
                   f"{_cell(r, 'first audio ms after cut', digits=0)}/"
                   f"{_cell(r, 'first audio ms after cut', 'p99', digits=0)}")
-        lines.append(f"{r['time']}  {r['steps']:5d} {_cell(r, 'batch'):>5} {_cell(r, 'decode device time'):>6}  "
+        lines.append(f"{r['time']}  {r['steps']:5d} {_cell(r, 'batch'):>5} {_cell(r, 'frames_per_s', digits=0):>8} "
+                     f"{_cell(r, 'decode device time'):>6}  "
                      f"{prefill:>14}  {_cell(r, 'step interval'):>7}/{_cell(r, 'step interval', 'p90'):<7}  "
                      f"{_cell(r, 'device gap before a step', digits=2):>5}/"
                      f"{_cell(r, 'device gap before a step', 'p90', digits=2):<5}  "

@@ -19,6 +19,7 @@ def test_reports_each_part_and_the_total_once_per_window():
     timer.add_batch("urgent lane", 2, 0.003)
     timer.add_batch("urgent lane", 4, 0.005)
     for ms in (1, 2, 3, 4):
+        timer.add_count("backbone frames", 3)
         timer.add_gauge("open audio streams", 10 * ms)
         timer.add("prepare", ms / 1000)
         timer.add("after", 2 * ms / 1000)
@@ -35,6 +36,7 @@ def test_reports_each_part_and_the_total_once_per_window():
     # 8 ms of lane work over the window's 60 ms of step intervals (10 + 20 + 30)
     assert "urgent lane 2 batches of mean 3.0, device time" in lines[0] and "busy 13%" in lines[0]
     assert "open audio streams 20/40/40" in lines[0] or "open audio streams 30/40/40" in lines[0]
+    assert lines[0].endswith("; backbone frames 200/s")  # 12 frames over the window's 60 ms of step intervals
     timer.add("prepare", 0.001)
     assert timer.end_step() is None  # a new window started
 

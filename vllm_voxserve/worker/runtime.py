@@ -148,6 +148,7 @@ class SpeechRuntime:
         if len(live) != len(rows):
             codes = codes[live]
             rows = [rows[i] for i in live]
+        self.host_times.add_count("backbone frames", len(rows))  # the LM's frame rate, beside the codec's load
         if rows or self.pipeline.codec_mode != "inline":  # the lanes are pumped every step, frames or not
             sent_before = self.pipeline.chunks_sent
             started = time.monotonic()
