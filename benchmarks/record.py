@@ -112,6 +112,15 @@ def read_record(folder: str | Path) -> dict[str, Any]:
 _SLIM_DROPPED = ("text", "chunk_times_s", "chunk_audio_bytes", "header_bytes", "bytes_per_second")
 
 
+def first_audio_s(request: dict[str, Any]) -> float | None:
+    """Seconds from the run's start to a recorded request's first audio, in a full record (every chunk's time) or a
+    slimmed one (`first_audio_s`)."""
+    if "first_audio_s" in request:
+        return request["first_audio_s"]
+    times = request.get("chunk_times_s") or []
+    return times[0] if times else None
+
+
 def slim_record(record: dict[str, Any]) -> dict[str, Any]:
     """A record small enough to commit: the summaries whole, and per request its outcome, times (to 0.1 ms),
     first-audio time and chunk count, not its text or every chunk (the texts follow from `index` and the workload)."""
@@ -119,9 +128,8 @@ def slim_record(record: dict[str, Any]) -> dict[str, Any]:
     for body in bodies:
         for run in body.get("runs", []):
             for request in run.get("requests", []):
-                times = request.get("chunk_times_s") or []
-                request["first_audio_s"] = times[0] if times else None
-                request["num_chunks"] = len(times)
+                request["first_audio_s"] = first_audio_s(request)
+                request["num_chunks"] = len(request.get("chunk_times_s") or [])
                 for key in _SLIM_DROPPED:
                     request.pop(key, None)
                 for key, value in request.items():

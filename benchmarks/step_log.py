@@ -4,9 +4,9 @@ The worker logs one `voxserve step host time over N steps ...` line per window (
 2,000 steps or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's
 rates: steps, mean decode batch, the backbone's frames per second, decode and prompt-carrying steps' device time
 (p50), the step interval (p50/p90), the device's idle gap before a step (p50/p90: the host time it waited for), our
-host time (p50 of the total), each codec lane's busy share and mean batch, the gauges (open audio streams, chunks waiting for a lane: p50/max), and the
-worker's part of the time to first audio of the requests that heard it in the window (prefill to first chunk cut,
-cut to first audio sent: p50/p99 ms).
+host time (p50 of the total), each codec lane's busy share and mean batch, the gauges (open audio streams, chunks
+waiting for a lane: p50/max), and the worker's part of the time to first audio of the requests that heard it in the
+window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms).
 """
 
 from __future__ import annotations

@@ -13,15 +13,7 @@ import statistics
 import sys
 from typing import Any
 
-from benchmarks.record import read_record
-
-
-def first_audio_s(request: dict[str, Any]) -> float | None:
-    """Seconds from the run's start to the request's first audio (full records keep every chunk's time)."""
-    if "first_audio_s" in request:
-        return request["first_audio_s"]
-    times = request.get("chunk_times_s") or []
-    return times[0] if times else None
+from benchmarks.record import first_audio_s, read_record
 
 
 def drift(requests: list[dict[str, Any]], window_s: float, bin_s: float) -> list[tuple[float | None, int, int]]:

@@ -185,8 +185,9 @@ class VoxServeConfig:
     codec_conv_kernels: str = "dilated"
     # Inductor's lowering of the compiled codec's 1x1 convs (the residual units' tails where cuDNN runs them) as
     # matmuls over channels-last rows (`conv_1x1_as_mm`), in place of cuDNN convs with layout conversions around them
-    # (2.0 of a 64-chunk batch's 20.35 ms on the H200, session 14). Off until timed (codec_step variant `1x1mm`;
-    # session 6's timing of it reused a compiled graph).
+    # (2.0 of a 64-chunk batch's 20.35 ms on the H200, session 14). Off: the H200 ran it 1.06-1.13x slower at 4 and
+    # 64 chunks of 5 and 10 frames, on the whole GPU and on 64 SMs (results/h200/2026-12-02_session15, codec_step
+    # variant `1x1mm`).
     codec_conv_1x1_as_mm: bool = False
     # Inductor's layout optimization in the compiled codec (channels-last buffers around convs; inductor's default).
     # Off (variant `nolayout`) the H200 ran the same kernels in the same time (results/h200/2026-12-02_session13).
@@ -199,8 +200,8 @@ class VoxServeConfig:
     # The chunk length dynamic in the compiled codec: one compile for every length. Off, one compile per length (5 and
     # 10 frames by default), whose element-wise kernels index by constant sizes instead of dividing by runtime ones:
     # on the H200 1.17-1.43x faster on the whole GPU at 4 and 64 chunks of 5 and 10 frames, 1.22-1.46x on 64 SMs
-    # (64 x 10: 20.3 ms against 29.0; the SnakeBeta passes about 3x faster), for a second compile at start-up (codec lanes built in 186 s;
-    # results/h200/2026-12-02_session14, codec_step variant `static-frames`).
+    # (64 x 10: 20.3 ms against 29.0; the SnakeBeta passes about 3x faster), for a second compile at start-up (codec
+    # lanes built in 186 s; results/h200/2026-12-02_session14, codec_step variant `static-frames`).
     codec_dynamic_frames: bool = False
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
