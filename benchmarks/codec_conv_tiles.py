@@ -5,7 +5,9 @@
 For every conv a residual unit runs (the dilated conv k7 and the SnakeBeta -> conv k1 -> + input tail, at 768, 384, 192
 and 96 channels) and every (chunks x frames) shape, the kernel's time with each candidate tile, and cuDNN's conv1d of
 the same shape beside it (the served form's conv, without its layout conversions and element-wise passes). Prints the
-tile with the least total time over the shapes for each (channels, out channels, taps): `conv_kernels.TILES`.
+tile with the least total time over the shapes for each (channels, out channels, taps): `conv_kernels.TILES`. With
+`--tma`, the k7 convs on the TMA kernel too (codec/tma_conv.py, its input time-major as the decoder makes it), each
+of TMA_CANDIDATES: `tma_conv.TILES`.
 One GPU, bf16, CUDA events over repeated calls (each call is 0.01-2 ms of device work).
 """
 
@@ -17,7 +19,7 @@ import json
 import torch
 from torch.nn import functional as F
 
-from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
+from vllm_voxserve.models.qwen3_tts.codec import conv_kernels, tma_conv
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 
 # (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages[, flat]): conv_kernels.TILES
@@ -25,6 +27,11 @@ CANDIDATES = [(64, 64, 32, 4, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (128
               (32, 128, 32, 4, 3), (64, 256, 32, 8, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
               (128, 128, 32, 8, 3, True), (128, 128, 64, 8, 3, True), (64, 128, 64, 4, 4, True),
               (128, 256, 64, 8, 3, True)]
+
+# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages): tma_conv.TILES; a BLOCK_C that does not divide the channels is
+# skipped
+TMA_CANDIDATES = [(128, 128, 32, 8, 4), (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3),
+                  (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 256, 64, 8, 3), (128, 128, 32, 4, 5)]
 
 
 def residual_convs(config: CodecDecoderConfig) -> list[tuple[int, int, int, int]]:
@@ -55,6 +62,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="64x10,16x10,4x5")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--taps", help="only the convs with this many taps (7: the dilated convs, 1: the tails)")
+    ap.add_argument("--tma", action="store_true", help="the k7 convs on the TMA kernel too (TMA_CANDIDATES)")
+    ap.add_argument("--served-tiles-only", action="store_true",
+                    help="of the channels-first kernel's tiles, only the one conv_kernels.TILES serves")
     ap.add_argument("--out")
     args = ap.parse_args()
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
@@ -80,7 +90,7 @@ def main() -> None:
             want = conv_kernels.conv_reference(*(t if t is None else t.float() for t in (x, w, b, alpha, beta, res)),
                                                dilation)
             served = conv_kernels.TILES.get((channels, channels, taps))
-            for tile in CANDIDATES:
+            for tile in ([served] if served else []) if args.served_tiles_only else CANDIDATES:
                 conv_kernels.TILES[channels, channels, taps] = tile
                 try:
                     got = conv_kernels.conv_triton(x, w, b, alpha, beta, res, dilation)
@@ -97,16 +107,50 @@ def main() -> None:
             conv_kernels.TILES.pop((channels, channels, taps), None)
             if served:
                 conv_kernels.TILES[channels, channels, taps] = served
+            if args.tma and taps == 7:
+                time_tma(row, totals, x, w, b, want, dilation, args.reps)
             rows.append(row)
             best = min((v, k) for k, v in row.items() if k.startswith("(") and "dev" not in k and isinstance(v, float))
             print(f"C {channels} k{taps} d{dilation} {batch}x{frames}: cuDNN {row['cudnn_ms']:.4f} ms, "
                   f"best tile {best[1]} {best[0]:.4f} ms", flush=True)
-    chosen = {str(key): min(by_tile, key=by_tile.get) for key, by_tile in totals.items()}
+    # the TMA kernel's tiles as "tma C" (codec_step --conv-tiles reads both kinds)
+    chosen = {f"tma {key[1]}" if key[0] == "tma" else str(key): min(by_tile, key=by_tile.get)
+              for key, by_tile in totals.items() if by_tile}
     print("TILES =", json.dumps(chosen), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "shapes": args.shapes, "rows": rows,
                        "chosen": chosen}, f, indent=1)
+
+
+def time_tma(row: dict, totals: dict, x, w, b, want, dilation: int, reps: int) -> None:
+    """The TMA kernel's time with each candidate tile into `row` ("tma (tile)") and `totals` (key ("tma", C))."""
+    channels = x.shape[1]
+    x_tm = x.transpose(1, 2).contiguous()
+    served = tma_conv.TILES.get(channels)
+    key = ("tma", channels)
+    for tile in TMA_CANDIDATES:
+        if channels % tile[2]:
+            continue
+        tma_conv.TILES[channels] = tile
+        name = f"tma {tile}"
+        try:
+            got = tma_conv.tma_conv_triton(x_tm, w, b, dilation)
+            error = ((got.float() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
+            ms = time_ms(lambda: tma_conv.tma_conv_triton(x_tm, w, b, dilation), reps)
+        except Exception as exc:  # a tile past the shared memory, or the kernel failing to compile: out
+            row[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
+            continue
+        row[name] = round(ms, 4)
+        row[f"{name} rms deviation"] = round(error, 5)
+        totals.setdefault(key, {}).setdefault(tile, 0.0)
+        totals[key][tile] += ms if error < 0.05 else float("inf")
+    tma_conv.TILES.pop(channels, None)
+    if served:
+        tma_conv.TILES[channels] = served
+    timed = [(v, k) for k, v in row.items() if k.startswith("tma (") and isinstance(v, float)]
+    if timed:
+        print(f"  TMA kernel: best {min(timed)[1]} {min(timed)[0]:.4f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,13 +5,14 @@
     python -m benchmarks.codec_layout_choice --split-from fig3.json '{"voxserve": {...}}'  # Figure 3's chosen split
 
 Of the compiled variants (`graph+compile` with any of the options `switches` reads: `nhwc`, `gemm`, `dgemm`, `dgemmN`,
-`adgemm`, `ttail`, `tdil`, `tconv`, `nolayout`, `bounded`, `static-frames`, `1x1mm`, `rowsN`), the one with the least
-total time over every timed shape, among those no slower than the baselines at any shape (within TOLERANCE) and whose
-samples match the first timed form's (MAX_DEVIATION), sets every codec form switch in the config as it ran (on for its
-options, off for the others; `codec_gemm_dilated_min_channels`, `codec_rows_per_call`, `codec_conv_kernels`: its
-value, or the defaults; so the server runs what was timed whatever the defaults); the reason goes to stderr.
-Channels-last convs have cliffs at some shapes (one cuDNN kernel for one dilated conv: 1.5x faster at 16 chunks, 13x
-slower at 64 and at 4 chunks, sessions 6, 11, 12): a form is served only where it was timed at every shape."""
+`adgemm`, `ttail`, `tdil`, `tk7`, `tconv`, `tma`, `nolayout`, `bounded`, `static-frames`, `1x1mm`, `rowsN`), the one
+with the least total time over every timed shape, among those no slower than the baselines at any shape (within
+TOLERANCE) and whose samples match the first timed form's (MAX_DEVIATION), sets every codec form switch in the config as
+it ran (on for its options, off for the others; `codec_gemm_dilated_min_channels`, `codec_rows_per_call`,
+`codec_conv_kernels`: its value, or the defaults; so the server runs what was timed whatever the defaults); the reason
+goes to stderr. Channels-last convs have cliffs at some shapes (one cuDNN kernel for one dilated conv: 1.5x faster at 16
+chunks, 13x slower at 64 and at 4 chunks, sessions 6, 11, 12): a form is served only where it was timed at every
+shape."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from vllm_voxserve.config import VoxServeConfig
 OPTION_SWITCHES = {"nhwc": "codec_channels_last", "gemm": "codec_gemm_low_rate_convs",
                    "dgemm": "codec_gemm_wide_dilated_convs", "nolayout": "codec_layout_optimization",
                    "bounded": "codec_bounded_shapes", "static-frames": "codec_dynamic_frames",
-                   "1x1mm": "codec_conv_1x1_as_mm"}
-# the options `ttail`, `tdil` and `tconv` set codec_conv_kernels to "tails", "dilated" and "all" (none: "off")
-CONV_KERNEL_OPTIONS = {"ttail": "tails", "tdil": "dilated", "tconv": "all"}
+                   "1x1mm": "codec_conv_1x1_as_mm", "tma": "codec_conv_tma"}
+# the options `ttail`, `tdil`, `tk7` and `tconv` set codec_conv_kernels to "tails", "dilated", "k7" and "all" (none:
+# "off")
+CONV_KERNEL_OPTIONS = {"ttail": "tails", "tdil": "dilated", "tk7": "k7", "tconv": "all"}
 
 # what `dgemm` alone makes matmuls of: the served config's dilated convs (the wide ones)
 WIDE_DILATED_MIN_CHANNELS = VoxServeConfig().codec_gemm_dilated_min_channels
@@ -59,6 +61,7 @@ def forms(options: list[str]) -> dict[str, bool | int | str]:
             "codec_conv_kernels": kernels[0] if kernels else "off",
             "codec_layout_optimization": "nolayout" not in options, "codec_bounded_shapes": "bounded" in options,
             "codec_dynamic_frames": "static-frames" not in options, "codec_conv_1x1_as_mm": "1x1mm" in options,
+            "codec_conv_tma": "tma" in options,
             "codec_gemm_wide_dilated_convs": dilated > 0,
             "codec_gemm_dilated_min_channels": dilated or WIDE_DILATED_MIN_CHANNELS, "codec_rows_per_call": rows}
 

@@ -14,8 +14,9 @@ the frame rate and the upsampler's two transposed convs) as matmuls (`gemm_low_r
 dilated convs (`gemm_wide_dilated_convs=True`), `+dgemmN` those of at least N channels (`gemm_dilated_min_channels=N`),
 `+adgemm` every dilated conv; `+ttail` runs the vocoder's residual units' SnakeBeta -> conv k1 -> + input on the
 plugin's Triton conv kernel (`conv_kernels="tails"`), `+tdil` their dilated convs that are not matmuls (`"dilated"`),
-`+tconv` both and their undilated k7 convs (`"all"`); `+nolayout` compiles without inductor's layout optimization
-(`layout_optimization=False`); `+bounded` with the batch and the chunk length bounded by the largest timed
+`+tk7` every k7 conv that is not a matmul (`"k7"`), `+tconv` the tails and every k7 conv (`"all"`); `+tma` runs the k7
+convs on a kernel on the TMA kernel (`conv_tma=True`, codec/tma_conv.py); `+nolayout` compiles without inductor's layout
+optimization (`layout_optimization=False`); `+bounded` with the batch and the chunk length bounded by the largest timed
 (`shape_bounds`); `+rows16` decodes the batch as calls of at most 16 rows, one after another in the one graph
 (`rows_per_call=16`). cuDNN picks its convolution algorithms by heuristics, as in the server (its timed search was
 faster on the whole GPU but broke the codec partition's capture at served batch sizes:
@@ -36,7 +37,7 @@ from benchmarks.codec_layout_choice import DEVIATION, forms
 from benchmarks.fig3.measure import graph_ms
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, create_partitions
 from vllm_voxserve.config import codec_call_shape
-from vllm_voxserve.models.qwen3_tts.codec import conv_kernels
+from vllm_voxserve.models.qwen3_tts.codec import conv_kernels, tma_conv
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -52,13 +53,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--variants", default="graph,graph+compile")
     ap.add_argument("--profile-batch", type=int, default=0, help="print each variant's kernels at this batch")
-    ap.add_argument("--conv-tiles", help="tiles for `tconv` (codec_conv_tiles.py's JSON; else the kernel's own)")
+    ap.add_argument("--conv-tiles", help="tiles for the conv kernels (codec_conv_tiles.py's JSON; else their own)")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.conv_tiles:
         with open(args.conv_tiles) as f:
-            conv_kernels.TILES.update({tuple(json.loads(k.replace("(", "[").replace(")", "]"))): tuple(v)
-                                       for k, v in json.load(f)["chosen"].items()})
+            chosen = json.load(f)["chosen"]
+        conv_kernels.TILES.update({tuple(json.loads(k.replace("(", "[").replace(")", "]"))): tuple(v)
+                                   for k, v in chosen.items() if not k.startswith("tma ")})
+        tma_conv.TILES.update({int(k.split()[1]): tuple(v) for k, v in chosen.items() if k.startswith("tma ")})
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
     decoder = decoder.to("cuda", torch.bfloat16)
@@ -143,8 +146,9 @@ def profile_convolutions(step, device_activity) -> None:
 def make_program(decoder: CodecDecoder, variant: str, call_bounds: tuple[int, int] = (64, 10)) -> Qwen3CodecProgram:
     """`graph`, `graph+compile` (cuDNN convs; the server's default is `+dgemm+tdil+static-frames` since session 14),
     with any of `static-frames`, `1x1mm`, `nhwc` (the convs channels-last), `gemm` (the low-rate convs as matmuls),
-    `dgemm` (the wide dilated ones), `ttail`/`tdil`/`tconv`, `nolayout`, `bounded` (sizes bounded by `call_bounds`,
-    most rows and frames of a call) and `rowsN` (calls of at most N rows) added (`codec_layout_choice.forms`);
+    `dgemm` (the wide dilated ones), `ttail`/`tdil`/`tk7`/`tconv`, `tma`, `nolayout`, `bounded` (sizes bounded by
+    `call_bounds`, most rows and frames of a call) and `rowsN` (calls of at most N rows) added
+    (`codec_layout_choice.forms`);
     compiled or changed variants on a copy of the decoder."""
     options = variant.split("+")
     try:

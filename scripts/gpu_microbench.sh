@@ -15,7 +15,8 @@ res=${RES:-/tmp/microbench}; mkdir -p "$res"
 parts=",${PARTS:-tests,cp,codec},"
 SECONDS=0
 if [[ $parts == *,tests,* ]]; then
-  timeout -k 5 "${TESTS_T:-420}" python3 -m pytest -q -m gpu tests/codec_lanes tests/models tests/worker \
+  # TESTS: the test paths (default: every GPU test)
+  timeout -k 5 "${TESTS_T:-420}" python3 -m pytest -q -m gpu ${TESTS:-tests/codec_lanes tests/models tests/worker} \
     > "$res/gpu_tests.txt" 2>&1
   echo "tests ended at ${SECONDS} s" >> "$res/times.txt"
 fi
@@ -25,8 +26,9 @@ if [[ $parts == *,cp,* ]]; then
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 if [[ $parts == *,tiles,* ]]; then  # the conv kernel's tiles for the dilated convs (about 2 min); the codec part
-  # below then times `tdil`/`tconv` forms with them: put them in conv_kernels.TILES before serving those forms
-  timeout -k 5 "${TILES_T:-240}" python3 -m benchmarks.codec_conv_tiles --taps 7 --shapes "${TILES_SHAPES:-64x10,4x5}" \
+  # below then times `tdil`/`tconv` forms with them: put them in conv_kernels.TILES before serving those forms.
+  # TILES_ARGS: more flags (`--tma --served-tiles-only`: the TMA kernel's tiles beside the served ones)
+  timeout -k 5 "${TILES_T:-240}" python3 -m benchmarks.codec_conv_tiles --taps 7 --shapes "${TILES_SHAPES:-64x10,4x5}" ${TILES_ARGS:-} \
     --out "$res/tiles.json" > "$res/tiles.txt" 2>&1
   echo "tiles ended at ${SECONDS} s" >> "$res/times.txt"
 fi

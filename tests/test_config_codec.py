@@ -17,7 +17,7 @@ def test_codec_layout_switches_default_as_timed_and_parse():
 
 @pytest.mark.parametrize("key", ["codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
                                  "codec_gemm_wide_dilated_convs", "codec_layout_optimization", "codec_bounded_shapes",
-                                 "codec_dynamic_frames", "codec_conv_1x1_as_mm"])
+                                 "codec_dynamic_frames", "codec_conv_1x1_as_mm", "codec_conv_tma"])
 def test_a_codec_switch_must_be_a_boolean(key):
     with pytest.raises(ValueError, match=f"voxserve.{key} must be true or false"):
         VoxServeConfig.from_dict({key: "yes"})
@@ -33,15 +33,24 @@ def test_codec_integer_settings_parse_and_are_checked(key, default, least):
             VoxServeConfig.from_dict({key: bad})
 
 
-def test_codec_conv_kernels_is_off_tails_dilated_or_all():
+def test_codec_conv_kernels_is_off_tails_dilated_k7_or_all():
     assert VoxServeConfig().codec_conv_kernels == "dilated" and VoxServeConfig().codec_layout_optimization
     assert not VoxServeConfig().codec_dynamic_frames  # the served form (H200, session 14)
     assert VoxServeConfig.from_dict({"codec_conv_kernels": "off"}).codec_conv_kernels == "off"
     assert VoxServeConfig.from_dict({"codec_conv_kernels": "tails"}).codec_conv_kernels == "tails"
     assert VoxServeConfig.from_dict({"codec_conv_kernels": "dilated"}).codec_conv_kernels == "dilated"
+    assert VoxServeConfig.from_dict({"codec_conv_kernels": "k7"}).codec_conv_kernels == "k7"
     for bad in (True, "on", "ALL"):
-        with pytest.raises(ValueError, match="voxserve.codec_conv_kernels must be off, tails, dilated or all"):
+        with pytest.raises(ValueError, match="voxserve.codec_conv_kernels must be off, tails, dilated, k7 or all"):
             VoxServeConfig.from_dict({"codec_conv_kernels": bad})
+
+
+def test_the_tma_conv_kernel_needs_k7_convs_on_a_kernel():
+    assert not VoxServeConfig().codec_conv_tma
+    assert VoxServeConfig.from_dict({"codec_conv_tma": True, "codec_conv_kernels": "k7"}).codec_conv_tma
+    for kernels in ("off", "tails"):
+        with pytest.raises(ValueError, match="voxserve.codec_conv_tma runs k7 convs on a kernel"):
+            VoxServeConfig.from_dict({"codec_conv_tma": True, "codec_conv_kernels": kernels})
 
 
 def test_codec_call_bounds_cover_every_call_the_server_makes():

@@ -178,11 +178,16 @@ class VoxServeConfig:
     codec_rows_per_call: int = 0
     # The vocoder's residual units on the plugin's Triton conv kernel (codec/conv_kernels.py; on CPU the same op runs
     # torch's conv): "tails" their SnakeBeta -> conv k1 -> + input as one kernel, "dilated" their dilated convs that
-    # are not matmuls, "all" both and their undilated k7 convs (codec/layers.use_conv_kernels), "off" cuDNN's convs.
+    # are not matmuls, "k7" every k7 conv that is not a matmul, "all" the tails and every k7 conv
+    # (codec/layers.use_conv_kernels), "off" cuDNN's convs.
     # H200, 64 chunks of 10 frames: "dilated" 27.8 ms where "off" took 33.6 (chunk length dynamic, one run; cuDNN ran
     # the 384-channel dilation-9 conv in 7.4 ms, the kernel in 0.9); with static lengths "dilated" 20.3, "all" 24.1
     # (results/h200/2026-12-02_session13 and _session14; benchmarks/codec_step.py variants `tdil`, `tconv`).
     codec_conv_kernels: str = "dilated"
+    # The k7 convs that codec_conv_kernels puts on a kernel run on the TMA kernel (codec/tma_conv.py: time-major input,
+    # aligned tiles, a pipelined reduction) instead of the channels-first one, whose unaligned loads keep it near
+    # 1 ms per conv of a 64-chunk batch at any channel count (session 14). Off until timed (codec_step option `tma`).
+    codec_conv_tma: bool = False
     # Inductor's lowering of the compiled codec's 1x1 convs (the residual units' tails where cuDNN runs them) as
     # matmuls over channels-last rows (`conv_1x1_as_mm`), in place of cuDNN convs with layout conversions around them
     # (2.0 of a 64-chunk batch's 20.35 ms on the H200, session 14). Off: the H200 ran it 1.06-1.13x slower at 4 and
@@ -218,16 +223,19 @@ class VoxServeConfig:
         for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
                      "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
                      "codec_gemm_wide_dilated_convs", "codec_layout_optimization", "codec_bounded_shapes",
-                     "codec_dynamic_frames", "codec_conv_1x1_as_mm"):
+                     "codec_dynamic_frames", "codec_conv_1x1_as_mm", "codec_conv_tma"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
         for name, least in (("codec_rows_per_call", 0), ("codec_gemm_dilated_min_channels", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"voxserve.{name} must be an integer >= {least}, got {value!r}")
-        if self.codec_conv_kernels not in ("off", "tails", "dilated", "all"):
-            raise ValueError(f"voxserve.codec_conv_kernels must be off, tails, dilated or all, "
+        if self.codec_conv_kernels not in ("off", "tails", "dilated", "k7", "all"):
+            raise ValueError(f"voxserve.codec_conv_kernels must be off, tails, dilated, k7 or all, "
                              f"got {self.codec_conv_kernels!r}")
+        if self.codec_conv_tma and self.codec_conv_kernels in ("off", "tails"):
+            raise ValueError("voxserve.codec_conv_tma runs k7 convs on a kernel: set codec_conv_kernels to dilated, "
+                             f"k7 or all (got {self.codec_conv_kernels!r})")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):

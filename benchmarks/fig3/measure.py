@@ -55,11 +55,12 @@ BOOLEAN_FORMS = {
     "codec_dynamic_frames": "the chunk length dynamic in the compiled codec",
     "codec_bounded_shapes": "compile for this codec batch and chunk length at most",
     "codec_conv_1x1_as_mm": "the compiled codec's 1x1 convs lowered to matmuls",
+    "codec_conv_tma": "the k7 convs on a kernel on the TMA kernel",
 }
 VALUE_FORMS = {
     "codec_gemm_dilated_min_channels": (int, "the fewest channels of a dilated conv made a matmul (wide dilated convs)"),
     "codec_rows_per_call": (int, "decode a codec batch as calls of at most this many chunks (0: one)"),
-    "codec_conv_kernels": (str, "the vocoder's residual units on the Triton conv kernel (off, tails, dilated, all)"),
+    "codec_conv_kernels": (str, "the vocoder's residual units on the Triton conv kernel (off, tails, dilated, k7, all)"),
 }
 
 

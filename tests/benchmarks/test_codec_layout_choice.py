@@ -21,12 +21,12 @@ def timed(variant_times: dict[str, dict[tuple[int, int, str], float]]) -> dict:
 
 
 def form(nhwc=False, gemm=False, dilated=True, min_channels=512, rows=0, kernels="off", layout=True, bounded=False,
-         dynamic_frames=True, mm1x1=False) -> dict:
+         dynamic_frames=True, mm1x1=False, tma=False) -> dict:
     """The switches a served codec form sets (defaults: the form served to session 13, `graph+compile+dgemm`)."""
     return {"codec_channels_last": nhwc, "codec_gemm_low_rate_convs": gemm, "codec_gemm_wide_dilated_convs": dilated,
             "codec_gemm_dilated_min_channels": min_channels, "codec_rows_per_call": rows,
             "codec_conv_kernels": kernels, "codec_layout_optimization": layout, "codec_bounded_shapes": bounded,
-            "codec_dynamic_frames": dynamic_frames, "codec_conv_1x1_as_mm": mm1x1}
+            "codec_dynamic_frames": dynamic_frames, "codec_conv_1x1_as_mm": mm1x1, "codec_conv_tma": tma}
 
 
 # Session 12's H200 timings (ms, CUDA graph replays, whole GPU / 64 SMs), benchmarks/results/h200/2026-12-01_session12
@@ -102,7 +102,7 @@ def test_fig3_runs_the_forms_the_server_runs(capsys):
     adgemm = {"voxserve": form(nhwc=True, min_channels=1, rows=16)}  # Figure 3 times the form served, cliffs fenced
     assert fig3_flags(adgemm) == ("--codec-channels-last --no-codec-gemm-low-rate-convs "
                                   "--codec-gemm-wide-dilated-convs --codec-layout-optimization "
-                                  "--no-codec-bounded-shapes --codec-dynamic-frames --no-codec-conv-1x1-as-mm "
+                                  "--no-codec-bounded-shapes --codec-dynamic-frames --no-codec-conv-1x1-as-mm --no-codec-conv-tma "
                                   "--codec-gemm-dilated-min-channels 1 --codec-rows-per-call 16 "
                                   "--codec-conv-kernels off")
 
@@ -133,6 +133,7 @@ def test_a_variant_names_every_switch_it_ran_with():
     assert switches("graph+compile+ttail+tconv") is None  # one kernel option
     assert switches("graph+compile+dgemm+tdil+static-frames+1x1mm") == form(kernels="dilated", dynamic_frames=False,
                                                                             mm1x1=True)
+    assert switches("graph+compile+dgemm+tk7+tma+static-frames") == form(kernels="k7", dynamic_frames=False, tma=True)
     assert switches("graph") is None and switches("graph+1x1mm") is None  # uncompiled: not a served form
     best, _ = fastest_variant(result(**{"": 11.24, "_dgemm": 7.90}))  # session 7
     assert best == "graph+compile+dgemm"

@@ -114,10 +114,11 @@ print("ok")
     interpret(script)
 
 
-@pytest.mark.parametrize("mode", ["tails", "dilated", "all"])
+@pytest.mark.parametrize("mode", ["tails", "dilated", "k7", "all"])
 def test_use_conv_kernels_marks_the_residual_units_convs_and_streams_on_cpu(mode):
     """On CPU the operator is the tensor code: the same decoder on it decodes as the plain one. "dilated" leaves the
-    convs that are already matmuls (the first block's here) and the undilated ones to their forms."""
+    convs that are already matmuls (the first block's here) and the undilated ones to their forms, "k7" only the
+    matmuls."""
     torch.manual_seed(0)
     decoder = CodecDecoder(SMALL_WINDOW_CONFIG).eval()
     init_codec_decoder_weights(decoder, seed=3)
@@ -131,10 +132,13 @@ def test_use_conv_kernels_marks_the_residual_units_convs_and_streams_on_cpu(mode
         assert not on_kernel
     elif mode == "dilated":
         assert on_kernel == [(c, d) for c in (24, 12, 6) for d in (3, 9)]
+    elif mode == "k7":
+        assert on_kernel == [(48, 1)] + [(c, d) for c in (24, 12, 6) for d in (1, 3, 9)]
     else:
         assert len(on_kernel) == len(units)
-    assert all(u.fused_tail == (mode != "dilated") and not u.conv2.kernel for u in units)
-    assert kernels.decoder[-1].kernel == (mode != "dilated")  # the last conv, with the tails
+    with_tails = mode in ("tails", "all")
+    assert all(u.fused_tail == with_tails and not u.conv2.kernel for u in units)
+    assert bool(kernels.decoder[-1].kernel) == with_tails  # the last conv, with the tails
     assert not kernels.decoder[0].kernel
     codes = torch.randint(0, 2048, (2, 9, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -175,7 +179,7 @@ def test_gpu_compiled_decoder_on_the_kernel_matches_the_plain_one():
     init_codec_decoder_weights(decoder, seed=0)
     codes = torch.randint(0, 2048, (4, 15, 16), generator=torch.Generator().manual_seed(2)).cuda()
     reference = copy.deepcopy(decoder).cuda()
-    program = Qwen3CodecProgram(decoder.to("cuda", torch.bfloat16), torch.bfloat16, compile=True, conv_kernels=True)
+    program = Qwen3CodecProgram(decoder.to("cuda", torch.bfloat16), torch.bfloat16, compile=True, conv_kernels="all")
     with torch.no_grad():
         full = reference(codes.transpose(1, 2))[:, 0]
         pool = program.make_state_pool(8, torch.device("cuda"))
@@ -187,18 +191,22 @@ def test_gpu_compiled_decoder_on_the_kernel_matches_the_plain_one():
 
 
 @torch.inference_mode()
-def test_compiled_program_on_the_operator_decodes_as_the_plain_one():
-    """The operator inside torch.compile (CPU inductor: its tensor code as one opaque call), as a program with
-    `conv_kernels="all"` compiles it: the plain eager program's audio."""
+@pytest.mark.parametrize(("mode", "tma"), [("all", False), ("k7", True)])
+def test_compiled_program_on_the_operator_decodes_as_the_plain_one(mode, tma):
+    """The operators inside torch.compile (CPU inductor: their tensor code as one opaque call each), as a program with
+    `conv_kernels="all"` (or the k7 convs on the TMA kernel, their input made time-major) compiles them: the plain
+    eager program's audio."""
     from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 
     decoder = CodecDecoder(SMALL_WINDOW_CONFIG).eval()
     init_codec_decoder_weights(decoder, seed=3)
     plain = Qwen3CodecProgram(decoder)
     torch._dynamo.reset()
-    kernels = Qwen3CodecProgram(copy.deepcopy(decoder), compile=True, conv_kernels="all")
+    kernels = Qwen3CodecProgram(copy.deepcopy(decoder), compile=True, conv_kernels=mode, conv_tma=tma)
     with pytest.raises(ValueError, match="conv_kernels must be one of"):
         Qwen3CodecProgram(copy.deepcopy(decoder), conv_kernels="on")
+    with pytest.raises(ValueError, match="conv_tma needs the k7 convs on a kernel"):
+        Qwen3CodecProgram(copy.deepcopy(decoder), conv_kernels="tails", conv_tma=True)
     pools = [p.make_state_pool(3, torch.device("cpu")) for p in (plain, kernels)]
     codes = torch.randint(0, 2048, (2, 7, 16), generator=torch.Generator().manual_seed(4))
     for a, b in ((0, 3), (3, 7)):

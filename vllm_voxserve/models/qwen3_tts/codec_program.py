@@ -17,7 +17,7 @@ FORM_ARGUMENTS = {
     "codec_gemm_wide_dilated_convs": "gemm_wide_dilated_convs",
     "codec_gemm_dilated_min_channels": "gemm_dilated_min_channels", "codec_rows_per_call": "rows_per_call",
     "codec_conv_kernels": "conv_kernels", "codec_layout_optimization": "layout_optimization",
-    "codec_dynamic_frames": "dynamic_frames", "codec_conv_1x1_as_mm": "conv_1x1_as_mm",
+    "codec_dynamic_frames": "dynamic_frames", "codec_conv_1x1_as_mm": "conv_1x1_as_mm", "codec_conv_tma": "conv_tma",
 }
 
 
@@ -35,7 +35,7 @@ class Qwen3CodecProgram:
                  output_sample_rate: int = 24000, compile: bool = False, dynamic_frames: bool = True,
                  channels_last: bool = False, gemm_low_rate_convs: bool = False,
                  gemm_wide_dilated_convs: bool = False, rows_per_call: int = 0,
-                 gemm_dilated_min_channels: int = 512, conv_kernels: str = "off",
+                 gemm_dilated_min_channels: int = 512, conv_kernels: str = "off", conv_tma: bool = False,
                  layout_optimization: bool = True, conv_1x1_as_mm: bool = False,
                  shape_bounds: tuple[int, int] | None = None) -> None:
         """`channels_last`: run the decoder's convs channels-last (`layers.use_channels_last`; changes `decoder`).
@@ -44,7 +44,8 @@ class Qwen3CodecProgram:
         `gemm_dilated_min_channels` channels (`wide_dilated_convs`) so.
         `rows_per_call`: decode a larger batch as calls of at most this many rows, one after another (0: one call).
         `conv_kernels`: its residual units on the Triton conv kernel (`layers.use_conv_kernels`: "tails", "dilated"
-        or "all"; changes `decoder`; after the matmul forms above), or "off".
+        or "all"; changes `decoder`; after the matmul forms above), or "off"; `conv_tma` their k7 convs on the TMA
+        kernel (`codec/tma_conv.py`).
         `layout_optimization`: inductor's choice of channels-last buffers around convs (its default); off, the compiled
         codec keeps every buffer as the modules make it. `conv_1x1_as_mm`: inductor lowers the compiled codec's 1x1
         convs to matmuls (its `conv_1x1_as_mm`).
@@ -63,8 +64,10 @@ class Qwen3CodecProgram:
             use_gemm(decoder.wide_dilated_convs(gemm_dilated_min_channels))
         if conv_kernels not in CONV_KERNELS:
             raise ValueError(f"conv_kernels must be one of {CONV_KERNELS}, got {conv_kernels!r}")
+        if conv_tma and conv_kernels in ("off", "tails"):
+            raise ValueError(f"conv_tma needs the k7 convs on a kernel, got conv_kernels {conv_kernels!r}")
         if conv_kernels != "off":
-            use_conv_kernels(decoder, conv_kernels)
+            use_conv_kernels(decoder, conv_kernels, tma=conv_tma)
         self.decoder = decoder
         # torch.compile fuses the decoder's element-wise work (SnakeBeta alone is seven kernels) and the packing of
         # its new state. Compiled on first use with the batch size and (dynamic_frames) the chunk length dynamic: one

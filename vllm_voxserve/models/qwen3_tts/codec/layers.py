@@ -13,6 +13,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from .conv_kernels import codec_conv, snake
+from .tma_conv import supports as tma_supports
+from .tma_conv import tma_conv
 
 State = dict[str, torch.Tensor]
 
@@ -27,7 +29,7 @@ class CausalConv1d(nn.Module):
         self.state_name = ""
         self.channels_last = False  # see use_channels_last
         self.as_gemm = False  # see use_gemm
-        self.kernel = False  # see use_conv_kernels
+        self.kernel = ""  # "tiles" or "tma": see use_conv_kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv(F.pad(x, (self.history_len, 0)))
@@ -43,6 +45,8 @@ class CausalConv1d(nn.Module):
         # The last conv (to the waveform) has one output channel, too few for cuDNN's tensor-core kernels; compiled,
         # it is one reduction kernel instead. (Session 4's served trace's implicit_convolve_sgemm was taken for it;
         # session 7's profile showed those were the wide dilated convs, which `use_gemm` turns into matmuls.)
+        if self.kernel == "tma":  # time-major input: inductor writes it so in the pass that makes x
+            return tma_conv(x.transpose(1, 2).contiguous(), self.conv.weight, self.conv.bias, self.conv.dilation[0])
         if self.kernel:
             return codec_conv(x, self.conv.weight, self.conv.bias, None, None, None, self.conv.dilation[0])
         if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
@@ -104,29 +108,32 @@ def use_gemm(convs: list[nn.Module]) -> None:
         conv_module.as_gemm = True
 
 
-KERNEL_MODES = ("tails", "dilated", "all")
+KERNEL_MODES = ("tails", "dilated", "k7", "all")
 
 
-def use_conv_kernels(module: nn.Module, mode: str = "all") -> None:
+def use_conv_kernels(module: nn.Module, mode: str = "all", tma: bool = False) -> None:
     """Run the residual units under `module` on `conv_kernels.codec_conv` instead of cuDNN's convs (with layout
     conversions around them) and element-wise passes: "tails" their SnakeBeta -> conv k1 -> + input as one kernel,
-    "dilated" their convs at dilation > 1 not already matmuls (`use_gemm`), "all" both and every k7 conv. Takes
+    "dilated" their convs at dilation > 1 not already matmuls (`use_gemm`), "k7" every k7 conv not already a matmul,
+    "all" the tails and every k7 conv. Takes
     precedence over `use_gemm` and `use_channels_last` for those convs. A conv's weight is stored tap-major (same
     values): the kernel reads one tap's [out, in] block at a time. With the tails on the kernel, the last conv (to one
-    channel) is too: compiled after a tail kernel, inductor unfolded its windows into a 7 ms pass (session 13)."""
+    channel) is too: compiled after a tail kernel, inductor unfolded its windows into a 7 ms pass (session 13).
+    `tma`: the k7 convs on `tma_conv.tma_conv` (time-major input, aligned TMA tiles) where their channels allow."""
     if mode not in KERNEL_MODES:
         raise ValueError(f"conv kernel mode must be one of {KERNEL_MODES}, got {mode!r}")
     for conv in module.modules():
-        if mode != "dilated" and isinstance(conv, CausalConv1d) and conv.conv.out_channels == 1:
-            conv.kernel = True
+        if mode in ("tails", "all") and isinstance(conv, CausalConv1d) and conv.conv.out_channels == 1:
+            conv.kernel = "tiles"
     for unit in module.modules():
         if isinstance(unit, ResidualUnit):
             unit.fused_tail = mode in ("tails", "all")
             conv = unit.conv1
-            if mode == "all" or (mode == "dilated" and conv.conv.dilation[0] > 1 and not conv.as_gemm):
+            if mode == "all" or (mode == "k7" and not conv.as_gemm) or (
+                    mode == "dilated" and conv.conv.dilation[0] > 1 and not conv.as_gemm):
                 tap_major = conv.conv.weight.detach().permute(2, 0, 1).contiguous().permute(1, 2, 0)
                 conv.conv.weight = nn.Parameter(tap_major, requires_grad=False)
-                conv.kernel = True
+                conv.kernel = "tma" if tma and tma_supports(conv.conv.in_channels, conv.conv.out_channels) else "tiles"
 
 
 def use_channels_last(module: nn.Module) -> None:
