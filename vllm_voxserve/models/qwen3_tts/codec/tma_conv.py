@@ -40,7 +40,7 @@ def _(x_tm, weight, bias, dilation):
 
 # (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages) by channels; BLOCK_C divides the channels. Untimed: the
 # tile benchmark (benchmarks/codec_conv_tiles.py --tma) picks them on the H200.
-TILES: dict[int, tuple[int, int, int, int, int]] = {96: (128, 128, 32, 8, 4), 192: (128, 128, 64, 8, 3),
+TILES: dict[int, tuple[int, int, int, int, int]] = {96: (128, 128, 32, 4, 5), 192: (128, 256, 64, 8, 3),
                                                     384: (128, 128, 64, 8, 3), 768: (128, 128, 64, 8, 3)}
 
 
