@@ -89,8 +89,8 @@ def dilated_min_channels(options: list[str]) -> int:
 
 # the forms a choice is measured against: cuDNN's convs, the wide dilated convs as matmuls (the default to session 13)
 # and the server's default since session 14 (the other dilated convs on the conv kernel, a compile per chunk length)
-SERVED = "graph+compile+dgemm+tdil+static-frames"
-BASELINES = ("graph+compile", "graph+compile+dgemm", SERVED)
+SERVED = "graph+compile+dgemm+tk7+tma+static-frames"  # since session 16 (every k7 conv on the TMA kernel)
+BASELINES = ("graph+compile", "graph+compile+dgemm", "graph+compile+dgemm+tdil+static-frames", SERVED)
 # how much slower than the fastest baseline a form may be at one shape (timing noise) and still be served
 TOLERANCE = 0.05
 # the most a form's samples may differ from the first timed form's (codec_step's "rms deviation": RMS of the

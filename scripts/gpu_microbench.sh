@@ -2,7 +2,8 @@
 # On the GPU machine (torch only; no vLLM needed): the parts named in PARTS (default "tests,cp,codec", about 10 min;
 # "fig3" alone takes about 3 min): the GPU tests, the code-predictor frame (reference vs fused vs compiled), the
 # codec executable (uncompiled, with its convolutions listed; compiled with the wide dilated convs as matmuls, the
-# default to session 13; the default since: the other dilated convs on the conv kernel, a compile per chunk length;
+# default to session 13; the default since session 16: every other k7 conv on the TMA conv kernel, a compile per chunk
+# length;
 # on the whole GPU and a 48-SM codec partition),
 # "snake" (one SnakeBeta pass with static and dynamic sizes: benchmarks/snake_pass.py), "tiles" (the conv kernel's
 # tiles: benchmarks/codec_conv_tiles.py),
@@ -42,7 +43,7 @@ if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile 
   [ -z "${CODEC_KEEP_CODE:-}" ] || export TORCHINDUCTOR_CACHE_DIR=$res/inductor_cache
   tiles=(); [ -f "$res/tiles.json" ] && tiles=(--conv-tiles "$res/tiles.json")
   timeout -k 5 "${CODEC_T:-480}" python3 -m benchmarks.codec_step --profile-batch "${CODEC_PROFILE:-16}" ${tiles[@]+"${tiles[@]}"} \
-    --variants "${CODEC_VARIANTS:-graph,graph+compile+dgemm,graph+compile+dgemm+tdil+static-frames}" \
+    --variants "${CODEC_VARIANTS:-graph,graph+compile+dgemm,graph+compile+dgemm+tk7+tma+static-frames}" \
     --batches "${CODEC_BATCHES:-1,4,16}" --frames "${CODEC_FRAMES:-5,10}" --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
   if [ -n "${CODEC_KEEP_CODE:-}" ]; then

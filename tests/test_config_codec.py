@@ -34,7 +34,7 @@ def test_codec_integer_settings_parse_and_are_checked(key, default, least):
 
 
 def test_codec_conv_kernels_is_off_tails_dilated_k7_or_all():
-    assert VoxServeConfig().codec_conv_kernels == "dilated" and VoxServeConfig().codec_layout_optimization
+    assert VoxServeConfig().codec_conv_kernels == "k7" and VoxServeConfig().codec_layout_optimization
     assert not VoxServeConfig().codec_dynamic_frames  # the served form (H200, session 14)
     assert VoxServeConfig.from_dict({"codec_conv_kernels": "off"}).codec_conv_kernels == "off"
     assert VoxServeConfig.from_dict({"codec_conv_kernels": "tails"}).codec_conv_kernels == "tails"
@@ -45,12 +45,10 @@ def test_codec_conv_kernels_is_off_tails_dilated_k7_or_all():
             VoxServeConfig.from_dict({"codec_conv_kernels": bad})
 
 
-def test_the_tma_conv_kernel_needs_k7_convs_on_a_kernel():
-    assert not VoxServeConfig().codec_conv_tma
-    assert VoxServeConfig.from_dict({"codec_conv_tma": True, "codec_conv_kernels": "k7"}).codec_conv_tma
-    for kernels in ("off", "tails"):
-        with pytest.raises(ValueError, match="voxserve.codec_conv_tma runs k7 convs on a kernel"):
-            VoxServeConfig.from_dict({"codec_conv_tma": True, "codec_conv_kernels": kernels})
+def test_the_tma_conv_kernel_is_served_and_a_switch():
+    assert VoxServeConfig().codec_conv_tma  # the served form (H200, session 16)
+    assert not VoxServeConfig.from_dict({"codec_conv_tma": False}).codec_conv_tma
+    assert VoxServeConfig.from_dict({"codec_conv_kernels": "off"}).codec_conv_tma  # moot there, not an error
 
 
 def test_codec_call_bounds_cover_every_call_the_server_makes():

@@ -182,12 +182,15 @@ class VoxServeConfig:
     # (codec/layers.use_conv_kernels), "off" cuDNN's convs.
     # H200, 64 chunks of 10 frames: "dilated" 27.8 ms where "off" took 33.6 (chunk length dynamic, one run; cuDNN ran
     # the 384-channel dilation-9 conv in 7.4 ms, the kernel in 0.9); with static lengths "dilated" 20.3, "all" 24.1
-    # (results/h200/2026-12-02_session13 and _session14; benchmarks/codec_step.py variants `tdil`, `tconv`).
-    codec_conv_kernels: str = "dilated"
-    # The k7 convs that codec_conv_kernels puts on a kernel run on the TMA kernel (codec/tma_conv.py: time-major input,
+    # (results/h200/2026-12-02_session13 and _session14; benchmarks/codec_step.py variants `tdil`, `tconv`); with
+    # codec_conv_tma "k7" 16.4, "dilated" 17.1 (session 16, variants `tk7+tma`, `tdil+tma`).
+    codec_conv_kernels: str = "k7"
+    # The k7 convs that codec_conv_kernels puts on a kernel (none with "off" or "tails") run on the TMA kernel (codec/tma_conv.py: time-major input,
     # aligned tiles, a pipelined reduction) instead of the channels-first one, whose unaligned loads keep it near
-    # 1 ms per conv of a 64-chunk batch at any channel count (session 14). Off until timed (codec_step option `tma`).
-    codec_conv_tma: bool = False
+    # 1 ms per conv of a 64-chunk batch at any channel count. H200, 64 chunks of 10 frames: the codec 16.4 ms against
+    # 20.4 on the whole GPU, 29.7 against 39.1 on 64 SMs; 4 chunks 2.11 against 2.50 (results/h200/
+    # 2026-12-02_session16, codec_step `dgemm+tk7+tma+static-frames` against session 14's served form; served there).
+    codec_conv_tma: bool = True
     # Inductor's lowering of the compiled codec's 1x1 convs (the residual units' tails where cuDNN runs them) as
     # matmuls over channels-last rows (`conv_1x1_as_mm`), in place of cuDNN convs with layout conversions around them
     # (2.0 of a 64-chunk batch's 20.35 ms on the H200, session 14). Off: the H200 ran it 1.06-1.13x slower at 4 and
@@ -233,9 +236,6 @@ class VoxServeConfig:
         if self.codec_conv_kernels not in ("off", "tails", "dilated", "k7", "all"):
             raise ValueError(f"voxserve.codec_conv_kernels must be off, tails, dilated, k7 or all, "
                              f"got {self.codec_conv_kernels!r}")
-        if self.codec_conv_tma and self.codec_conv_kernels in ("off", "tails"):
-            raise ValueError("voxserve.codec_conv_tma runs k7 convs on a kernel: set codec_conv_kernels to dilated, "
-                             f"k7 or all (got {self.codec_conv_kernels!r})")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):

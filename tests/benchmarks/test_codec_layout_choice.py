@@ -159,7 +159,10 @@ def test_the_default_form_is_a_baseline():
     """Session 14's run timed no form of session 13 beside the new default: the default is the baseline then, and a form
     slower than it at one shape is not served (H200 times, results/h200/2026-12-02_session14/codec/run2_codec_step.json,
     whole GPU; the 4 x 5 `tdil` time made slower for the test)."""
-    from benchmarks.codec_layout_choice import SERVED as DEFAULT
+    from benchmarks.codec_layout_choice import SERVED
+
+    DEFAULT = "graph+compile+dgemm+tdil+static-frames"  # served from session 14 to 15
+    assert switches(SERVED) == form(kernels="k7", dynamic_frames=False, tma=True)
 
     session14 = {
         DEFAULT: {(4, 5, "whole GPU"): 1.87, (64, 5, "whole GPU"): 11.13, (4, 10, "whole GPU"): 2.50,

@@ -44,8 +44,8 @@ class Qwen3CodecProgram:
         `gemm_dilated_min_channels` channels (`wide_dilated_convs`) so.
         `rows_per_call`: decode a larger batch as calls of at most this many rows, one after another (0: one call).
         `conv_kernels`: its residual units on the Triton conv kernel (`layers.use_conv_kernels`: "tails", "dilated"
-        or "all"; changes `decoder`; after the matmul forms above), or "off"; `conv_tma` their k7 convs on the TMA
-        kernel (`codec/tma_conv.py`).
+        or "all"; changes `decoder`; after the matmul forms above), or "off"; `conv_tma` the k7 convs so placed on the
+        TMA kernel (`codec/tma_conv.py`).
         `layout_optimization`: inductor's choice of channels-last buffers around convs (its default); off, the compiled
         codec keeps every buffer as the modules make it. `conv_1x1_as_mm`: inductor lowers the compiled codec's 1x1
         convs to matmuls (its `conv_1x1_as_mm`).
@@ -64,8 +64,6 @@ class Qwen3CodecProgram:
             use_gemm(decoder.wide_dilated_convs(gemm_dilated_min_channels))
         if conv_kernels not in CONV_KERNELS:
             raise ValueError(f"conv_kernels must be one of {CONV_KERNELS}, got {conv_kernels!r}")
-        if conv_tma and conv_kernels in ("off", "tails"):
-            raise ValueError(f"conv_tma needs the k7 convs on a kernel, got conv_kernels {conv_kernels!r}")
         if conv_kernels != "off":
             use_conv_kernels(decoder, conv_kernels, tma=conv_tma)
         self.decoder = decoder

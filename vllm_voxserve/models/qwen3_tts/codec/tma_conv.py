@@ -9,7 +9,7 @@ kernel takes 0.87-1.11 ms per conv of a 64-chunk batch whatever its channels (ab
 results/h200/2026-12-02_session14/codec/run1_tiles.txt). Time-major, a tap's shift moves whole rows of C channels
 (C a multiple of 8), so every tile is a TMA copy at an aligned address and the reduction over (tap, channel) blocks
 pipelines like a matmul's. The decoder makes its input time-major in the element-wise pass that already writes it
-(SnakeBeta and the history concat), so the layout costs no pass of its own. Hopper or later, C and O multiples of 8.
+(SnakeBeta and the history concat), so the layout costs no pass of its own. Hopper or later; C a multiple of 16, O of 8.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def _(x_tm, weight, bias, dilation):
     return x_tm.new_empty(x_tm.shape[0], weight.shape[0], x_tm.shape[1] - (weight.shape[-1] - 1) * dilation)
 
 
-# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages) by channels; BLOCK_C divides the channels. Untimed: the
-# tile benchmark (benchmarks/codec_conv_tiles.py --tma) picks them on the H200.
+# (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages) by channels; BLOCK_C divides the channels. The least time over
+# 64 chunks of 10 frames and 4 of 5 on the H200 (benchmarks/codec_conv_tiles.py --tma;
+# results/h200/2026-12-02_session16/codec/tiles.json); `tile` below for other channel counts.
 TILES: dict[int, tuple[int, int, int, int, int]] = {96: (128, 128, 32, 4, 5), 192: (128, 256, 64, 8, 3),
                                                     384: (128, 128, 64, 8, 3), 768: (128, 128, 64, 8, 3)}
 
@@ -47,13 +48,14 @@ TILES: dict[int, tuple[int, int, int, int, int]] = {96: (128, 128, 32, 4, 5), 19
 def tile(channels: int) -> tuple[int, int, int, int, int]:
     if channels in TILES:
         return TILES[channels]
-    block_c = 64 if channels % 64 == 0 else 32 if channels % 32 == 0 else 16 if channels % 16 == 0 else 8
+    block_c = 64 if channels % 64 == 0 else 32 if channels % 32 == 0 else 16
     return 128, 64, block_c, 4, 3
 
 
 def supports(channels: int, out_channels: int) -> bool:
-    """Whether the kernel takes a conv of these channels (TMA: 16-byte rows of bf16 and tap-major weight rows)."""
-    return channels % 8 == 0 and out_channels % 8 == 0
+    """Whether the kernel takes a conv of these channels: blocks of at least 16 input channels (the tensor cores'
+    least reduction), 16-byte rows of output channels for TMA."""
+    return channels % 16 == 0 and out_channels % 8 == 0
 
 
 def tma_conv_triton(x_tm: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
