@@ -15,9 +15,10 @@ MODES = {
     # the paper's VoxServe: deadline-aware admission (its literal slack rule) and least-slack decode order
     "deadline_aware": {
         "admission_mode": "deadline_aware", "overload_mode": "off", "count_late_requests": True,
-        "forced_admission": "oldest",
+        "forced_admission": "oldest", "waiting_deadlines": False,
     },
-    # ours without shedding: requests already late left out of the slack, a full prefill when a deferral ends
+    # ours without shedding: requests already late left out of the slack, a full prefill when a deferral ends, no
+    # deferral past the oldest waiting request's own deadline
     "deadline_aware_ours": {"admission_mode": "deadline_aware", "overload_mode": "off"},
     # ours: deadline-aware, plus 503 + Retry-After past capacity
     "deadline_aware_shed": {"admission_mode": "deadline_aware", "overload_mode": "reject"},

@@ -81,3 +81,17 @@ def test_requests_already_late_do_not_hold_back_prefills_unless_asked():
     assert min(values) < 0
     assert min_slack(values, DEADLINE_AWARE) > 0.1  # ours: the late one is left out
     assert min_slack(values, DEADLINE_AWARE.replace(count_late_requests=True)) < 0  # the paper's literal rule
+
+
+def test_a_waiting_request_with_no_more_slack_than_the_running_ones_is_not_deferred():
+    """Earliest deadline first across both queues: the prefill does not fit the running requests' 3 ms, so it waits
+    while the oldest waiting request has more slack than they do, and goes in (with the pack behind it) once it has
+    no more; the paper's rule (`waiting_deadlines` off) weighs the running requests alone."""
+    policy = PrefillAdmission(DEADLINE_AWARE, COSTS)
+    queue = [waiting(f"w{i}") for i in range(3)]
+    assert policy.decide(0.0, queue, 0.003, 0.01, waiting_slack_s=0.020).deferred
+    decision = policy.decide(0.01, queue, 0.003, 0.01, waiting_slack_s=0.003)
+    assert [w.request_id for w in decision.admit] == ["w0", "w1", "w2"]
+    assert not decision.deferred and not decision.forced and policy.deferral_deadline() is None
+    paper = PrefillAdmission(DEADLINE_AWARE.replace(waiting_deadlines=False), COSTS)
+    assert paper.decide(0.0, queue, 0.003, 0.01, waiting_slack_s=-1.0).deferred

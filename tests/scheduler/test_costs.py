@@ -37,3 +37,18 @@ def test_linear_cost_through_two_points():
         CostModel(smoothing=0)
     with pytest.raises(ValueError):
         CostSample("encode", 1, 1.0)
+
+
+def test_a_prefill_is_charged_what_it_adds_to_the_decode_step_it_rides_in():
+    """A step with a prefill and 150 decoding rows took 15 ms; the decode line says 150 rows alone take about that:
+    the prefill's own estimate must not become the whole step (the H200's learned cost did: session 16)."""
+    costs = CostModel(smoothing=1.0)
+    decode_alone = costs.decode_step_s(150)
+    costs.observe(CostSample("prefill", 100, decode_alone + 0.001, decode_rows=150))
+    assert costs.prefill_s(100) == pytest.approx(0.001)
+    costs.observe(CostSample("prefill", 100, decode_alone / 2, decode_rows=150))  # faster than the line: no cost
+    assert costs.prefill_s(100) == 0.0
+    costs.observe(CostSample("prefill", 100, 0.015))  # a step of prefills alone is all prefill
+    assert costs.prefill_s(100) == pytest.approx(0.015)
+    with pytest.raises(ValueError, match="bad cost sample"):
+        CostSample("prefill", 100, 0.01, decode_rows=-1)

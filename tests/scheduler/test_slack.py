@@ -48,3 +48,14 @@ def test_slacks_cover_the_generating_requests_and_min_slack_skips_the_lost_ones(
     values = slacks(streams, 1.0, CostModel(), cfg)
     assert set(values) == {"late", "fine"} and values["late"] < 0 < values["fine"]
     assert min_slack(values.values(), cfg) == values["fine"]
+
+
+def test_a_waiting_request_has_until_its_first_chunk_deadline_less_its_prefill_frames_and_decode():
+    from tests.scheduler.steps import waiting
+    from vllm_voxserve.scheduler.slack import waiting_slack
+
+    cfg, costs = SchedulerPolicyConfig(first_chunk_frames=5), CostModel()
+    request = waiting("w", arrival=1.0, tokens=40)
+    want = 1.0 + 0.2 - 1.03 - costs.prefill_s(40) - 5 * costs.decode_step_s(64) - costs.urgent_codec_s(1)
+    assert waiting_slack(request, 1.03, 64, costs, cfg) == pytest.approx(want)
+    assert waiting_slack(request, 1.04, 64, costs, cfg) == pytest.approx(want - 0.01)  # waiting spends it

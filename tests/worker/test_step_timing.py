@@ -76,15 +76,16 @@ def test_device_step_timer_reports_finished_steps_in_order_without_waiting():
     clock = FakeEvent.clock
     clock.update(now=0.0, done_until=-1.0)
     timer = DeviceStepTimer(FakeEvent)
-    for kind, size, seconds in (("prefill", 300, 0.02), ("decode", 8, 0.005), ("decode", 9, 0.006)):
-        timer.start(kind, size)
+    for kind, size, seconds, rows in (("prefill", 300, 0.02, 7), ("decode", 8, 0.005, 0), ("decode", 9, 0.006, 0)):
+        timer.start(kind, size, rows)
         clock["now"] += seconds
         timer.stop()
     assert timer.harvest() == []  # the device has not finished the first step yet
     clock["done_until"] = 0.025  # the first two are done
-    assert [(k, s, round(t, 6)) for k, s, t in timer.harvest()] == [("prefill", 300, 0.02), ("decode", 8, 0.005)]
+    assert [(k, s, round(t, 6), r) for k, s, t, r in timer.harvest()] == [("prefill", 300, 0.02, 7),
+                                                                          ("decode", 8, 0.005, 0)]
     clock["done_until"] = 1.0
-    assert [(k, s) for k, s, _ in timer.harvest()] == [("decode", 9)]
+    assert [(k, s) for k, s, _, _ in timer.harvest()] == [("decode", 9)]
     timer.stop()  # a stop without a start (a dummy step) records nothing
     assert timer.harvest() == []
 
@@ -108,3 +109,12 @@ def test_device_step_timer_measures_the_device_gap_before_each_step():
     host.add("prepare", 0.0001)
     host.end_step()
     assert "device gap before a step 0.300/0.300/0.300" in lines[0]
+
+
+def test_a_step_with_a_prompt_is_a_prefill_of_its_prompt_tokens_beside_its_decoding_rows():
+    from vllm_voxserve.worker.runtime import _step_kind
+    from vllm_voxserve.worker.step_layout import StepLayout
+
+    assert _step_kind(StepLayout(("a", "b", "c"), (1, 1, 1), (5, 9, 3))) == ("decode", 3, 0)
+    assert _step_kind(StepLayout(("a", "n", "b", "m"), (1, 40, 1, 25), (5, 0, 9, 0))) == ("prefill", 65, 2)
+    assert _step_kind(StepLayout(("n",), (40,), (0,))) == ("prefill", 40, 0)

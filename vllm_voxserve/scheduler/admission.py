@@ -6,7 +6,9 @@ A prefill runs on the whole GPU and delays the next decode step of every running
 - deadline_aware: admit only the prefills whose estimated duration fits within the smallest slack of the running
   requests; otherwise defer, but never for more than `max_prefill_deferral_s` in a row: once the lane has deferred
   that long, it admits a full prefill (`forced_admission="pack"`) or, as the paper's literal rule, the oldest
-  waiting request alone ("oldest"), which past capacity admits one request per deferral limit.
+  waiting request alone ("oldest"), which past capacity admits one request per deferral limit. With
+  `waiting_deadlines`, a prefill is not deferred when the oldest waiting request has no more slack than the running
+  requests: deferring it would trade a running request's deadline for a nearer one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Sequence
 
 from vllm_voxserve.scheduler.costs import CostModel
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.streams import WaitingRequest
+from vllm_voxserve.scheduler.streams import INFINITE_SLACK, WaitingRequest
 
 
 _CLOCK_EPSILON_S = 1e-9  # so that float sums of steps that make exactly the limit do not count as past it
@@ -60,14 +62,17 @@ class PrefillAdmission:
         self.deferring_since: float | None = None
 
     def decide(
-        self, now: float, waiting: Sequence[WaitingRequest], smallest_slack_s: float, next_step_s: float = 0.0
+        self, now: float, waiting: Sequence[WaitingRequest], smallest_slack_s: float, next_step_s: float = 0.0,
+        waiting_slack_s: float = INFINITE_SLACK,
     ) -> AdmissionDecision:
         """`waiting` in arrival order; `smallest_slack_s` over the running requests (inf when none run);
-        `next_step_s`: when the lane will decide next, so that a prefill goes in before it passes the limit."""
+        `next_step_s`: when the lane will decide next, so that a prefill goes in before it passes the limit;
+        `waiting_slack_s`: the oldest waiting request's (`slack.waiting_slack`)."""
         if not waiting:
             self.deferring_since = None
             return AdmissionDecision()
-        if not self.cfg.deadline_aware:
+        if not self.cfg.deadline_aware or (self.cfg.waiting_deadlines and waiting_slack_s <= smallest_slack_s):
+            self.deferring_since = None
             return AdmissionDecision(first_fit(waiting, float("inf"), self.costs, self.cfg))
         admit = first_fit(waiting, smallest_slack_s, self.costs, self.cfg)
         if admit:

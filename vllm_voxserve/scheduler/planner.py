@@ -23,8 +23,8 @@ from vllm_voxserve.scheduler.decode_order import decode_order
 from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.report import LaneBacklog, StepReport
-from vllm_voxserve.scheduler.slack import generating, min_slack, slacks
-from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest
+from vllm_voxserve.scheduler.slack import generating, min_slack, slacks, waiting_slack
+from vllm_voxserve.scheduler.streams import INFINITE_SLACK, StreamState, WaitingRequest
 from vllm_voxserve.scheduler.urgency import ReadyChunk, ready_chunks, split_by_urgency, urgent_batch
 
 
@@ -89,7 +89,12 @@ class Planner:
         candidates = [w for w in waiting if w.request_id not in rejected] if rejected else waiting
         slack = slacks(active, now, self.costs, self.cfg)
         next_step_s = self.overload.step_s(len(active))
-        decision = self.admission.decide(now, candidates, min_slack(slack.values(), self.cfg), next_step_s)
+        head_slack = INFINITE_SLACK
+        if candidates and self.cfg.deadline_aware and self.cfg.waiting_deadlines:
+            batch = min(len(active) + 1, self.cfg.max_decode_batch)
+            head_slack = waiting_slack(candidates[0], now, batch, self.costs, self.cfg)
+        decision = self.admission.decide(now, candidates, min_slack(slack.values(), self.cfg), next_step_s,
+                                         head_slack)
         plan.admit = [w.request_id for w in decision.admit]
         plan.prefill_deferred = decision.deferred
         plan.wake_at = self.admission.deferral_deadline()

@@ -13,17 +13,20 @@ COST_KINDS = ("decode", "prefill", "urgent_codec", "background_codec")
 
 @dataclass(slots=True)
 class CostSample:
-    """One measured execution: `size` is the decode batch, the prefill's prompt tokens, or the codec batch in chunks."""
+    """One measured execution: `size` is the decode batch, the prefill's prompt tokens, or the codec batch in chunks.
+    `decode_rows`: of a prefill, the running requests that decoded in the same step (its time includes theirs)."""
 
     kind: str
     size: int
     seconds: float
+    decode_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in COST_KINDS:
             raise ValueError(f"kind must be one of {COST_KINDS}, got {self.kind!r}")
-        if self.size < 1 or self.seconds < 0:
-            raise ValueError(f"bad cost sample: size={self.size}, seconds={self.seconds}")
+        if self.size < 1 or self.seconds < 0 or self.decode_rows < 0:
+            raise ValueError(f"bad cost sample: size={self.size}, seconds={self.seconds}, "
+                             f"decode_rows={self.decode_rows}")
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ from typing import Iterable, Sequence
 
 from vllm_voxserve.scheduler.costs import CostModel
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.streams import INFINITE_SLACK, StreamState
+from vllm_voxserve.scheduler.streams import INFINITE_SLACK, StreamState, WaitingRequest
 
 
 class SlackEstimator:
@@ -39,6 +39,15 @@ class SlackEstimator:
             deadline = start + (first + (chunk - 1) * size) * self.cfg.frame_duration_s
             codec_s = self.later_codec_s
         return deadline - self.now - frames_to_go * self.step_s - codec_s
+
+
+def waiting_slack(
+    request: WaitingRequest, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig
+) -> float:
+    """How long a waiting request can still wait for its prefill: its first chunk's deadline (arrival + T), minus
+    now, its prefill, its first chunk's frames at the decode step of `decode_batch` rows and the chunk's decode."""
+    return (request.arrival_time + cfg.ttfa_target_s - now - costs.prefill_s(request.prompt_tokens)
+            - cfg.first_chunk_frames * costs.decode_step_s(decode_batch) - costs.urgent_codec_s(1))
 
 
 def generating(streams: Iterable[StreamState]) -> list[StreamState]:

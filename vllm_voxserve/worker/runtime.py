@@ -194,15 +194,15 @@ class SpeechRuntime:
         samples = []
         layout, self._layout = self._layout, None
         if self.device_steps is not None:
-            for kind, size, seconds in self.device_steps.harvest():
-                samples.append(CostSample(kind, size, seconds))
+            for kind, size, seconds, decode_rows in self.device_steps.harvest():
+                samples.append(CostSample(kind, size, seconds, decode_rows))
                 self.host_times.add_device_step(kind, size, seconds)
             for gap in self.device_steps.gaps:
                 self.host_times.add_device_gap(gap)
             self.device_steps.gaps.clear()
         elif costs and layout is not None and layout.req_ids:
-            kind, size = _step_kind(layout)
-            samples.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0)))
+            kind, size, decode_rows = _step_kind(layout)
+            samples.append(CostSample(kind, size, max(now - self._step_started - self._codec_s, 0.0), decode_rows))
             # Inline codec calls are timed here; the lanes mode's run asynchronously and are timed by the lanes.
             if self._codec_chunks and self.pipeline.codec_mode == "inline":
                 samples.append(CostSample("urgent_codec", self._codec_chunks, self._codec_s))
@@ -234,7 +234,10 @@ class SpeechRuntime:
         self.pipeline.fail(req_id, message)
 
 
-def _step_kind(layout: StepLayout) -> tuple[str, int]:
-    """The cost-model kind and size of a step: a prefill (its prompt tokens) if it has one, else a decode batch."""
+def _step_kind(layout: StepLayout) -> tuple[str, int, int]:
+    """The cost-model kind and size of a step, and its rows that decode beside a prefill: a prefill (its prompt
+    tokens) if it has one, else a decode batch."""
     prefill_tokens = sum(n for n in layout.num_tokens if n > 1)
-    return ("prefill", prefill_tokens) if prefill_tokens else ("decode", len(layout.req_ids))
+    if not prefill_tokens:
+        return "decode", len(layout.req_ids), 0
+    return "prefill", prefill_tokens, sum(1 for n in layout.num_tokens if n == 1)
