@@ -1,4 +1,5 @@
-"""SLO-capacity search: bracket the rate by doubling, then bisect, with shorter windows than a full sweep.
+"""SLO-capacity search: bracket the rate by doubling up from the start rate (or, when the start already misses, by
+stepping down from it in growing steps), then bisect, with shorter windows than a full sweep.
 
 It assumes attainment falls as the rate rises; a full sweep checks every rate and is the reference. Rates are
 probed on a grid of `resolution` req/s, and each probe pools all seeds like a sweep's rate does.
@@ -73,6 +74,15 @@ async def search_capacity(evaluate: Callable[[float], Awaitable[float]], thresho
             if lo >= top or await probe(top):
                 return max(lo, top)
             hi = top
+    if lo == 0:  # the start missed: step down from it (1, 2, 4 ... grid steps), since a start is usually a guess
+        # near capacity (the last session's, or the previous mode's): halving from it cost session 16 its budget
+        step = resolution
+        while hi - step >= resolution - 1e-9:
+            rate = _on_grid(hi - step, resolution)
+            if await probe(rate):
+                lo = rate
+                break
+            hi, step = rate, 2 * step
     while hi - lo > resolution + 1e-9:
         mid = _on_grid((lo + hi) / 2, resolution)
         if mid <= lo or mid >= hi:

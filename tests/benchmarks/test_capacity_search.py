@@ -33,7 +33,18 @@ def test_search_finds_the_grid_capacity(true_capacity):
 def test_lowest_rate_already_misses():
     evaluate, probes = monotone(0)
     assert search(evaluate) == 0.0
-    assert probes == [8, 4, 2]
+    assert probes == [8, 6, 2]
+
+
+def test_a_start_just_past_capacity_settles_one_grid_step_below():
+    """Session 16's searches, 200 s each: `lanes` from 104 probed 48 and 80 after missing at 104, stock from 40 went to
+    16. Stepping down from a start that misses settles a capacity just below it in one more probe."""
+    evaluate, probes = monotone(96)
+    assert search(evaluate, start=104, resolution=8) == 96
+    assert probes == [104, 96]
+    evaluate, probes = monotone(64)  # farther below: 96, 80, 48 (steps of 8, 16, 32), then bisect 48-80
+    assert search(evaluate, start=104, resolution=8) == 64
+    assert probes == [104, 96, 80, 48, 64, 72]
 
 
 def test_never_misses_up_to_max_rate():
