@@ -6,13 +6,13 @@ import copy
 import pytest
 import torch
 
+from tests.models.qwen3_tts.test_codec_conv_kernels import streamed_deviation
 from tests.models.qwen3_tts.test_codec_streaming import SMALL_WINDOW_CONFIG
 from tests.models.qwen3_tts.test_cp_kernels import interpret
 from vllm_voxserve.models.qwen3_tts.codec import conv_kernels, tma_conv
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
 from vllm_voxserve.models.qwen3_tts.codec.layers import ResidualUnit, use_conv_kernels
-from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
 
 # (channels, out channels, dilation, input columns, bias): the served residual units' k7 shapes at dilations 1/3/9
 # (96: fewer output channels than a 128-row block, whose other rows read the next tap's weights), columns that are no
@@ -76,6 +76,7 @@ def test_a_decoder_on_the_kernel_streams_its_full_decode_in_the_interpreter():
     script = """
 import copy
 import torch
+from tests.models.qwen3_tts.test_codec_conv_kernels import streamed_deviation
 from tests.models.qwen3_tts.test_codec_streaming import SMALL_WINDOW_CONFIG
 from vllm_voxserve.models.qwen3_tts.codec import conv_kernels as ck, tma_conv as tc
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
@@ -116,14 +117,7 @@ def test_use_conv_kernels_puts_only_the_convs_it_can_tile_on_the_tma_kernel():
     assert forms == {(48, 3): "tma", (48, 9): "tma", (24, 3): "tiles", (24, 9): "tiles", (12, 3): "tiles",
                      (12, 9): "tiles", (6, 3): "tiles", (6, 9): "tiles", (48, 1): "", (24, 1): "", (12, 1): "",
                      (6, 1): ""}
-    codes = torch.randint(0, 2048, (2, 9, 16), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():  # on CPU the operators are the tensor code: the same audio
-        full = decoder(codes.transpose(1, 2))[:, 0]
-        pool = CodecStatePool(kernels.config, num_slots=3, dtype=torch.float32, device="cpu")
-        slots = torch.tensor([2, 0])
-        pool.reset(slots)
-        wav = torch.cat([decode_chunk(kernels, codes[:, a:b], slots, pool) for a, b in ((0, 4), (4, 9))], dim=1)
-    assert (wav - full).abs().max().item() <= 1e-5
+    assert streamed_deviation(decoder, kernels) <= 1e-5  # on CPU the operators are the tensor code: the same audio
 
 
 @pytest.mark.gpu
