@@ -83,13 +83,12 @@ def test_a_decoder_on_the_kernel_streams_its_full_decode_in_the_interpreter():
     pytest.importorskip("triton")
     script = """
 import copy
-import torch
+from tests.models.qwen3_tts.test_codec_conv_kernels import streamed_deviation
 from tests.models.qwen3_tts.test_codec_streaming import SMALL_WINDOW_CONFIG
 from vllm_voxserve.models.qwen3_tts.codec import conv_kernels as ck
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
 from vllm_voxserve.models.qwen3_tts.codec.layers import use_conv_kernels
-from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, decode_chunk
 called = []
 def triton_path(*args):
     called.append(1)
@@ -97,18 +96,12 @@ def triton_path(*args):
 ck.conv_reference = triton_path
 decoder = CodecDecoder(SMALL_WINDOW_CONFIG).eval()
 init_codec_decoder_weights(decoder, seed=3)
-codes = torch.randint(0, 2048, (1, 6, 16), generator=torch.Generator().manual_seed(0))
-with torch.no_grad():
-    full = decoder(codes.transpose(1, 2))[0, 0]
-    kernels = copy.deepcopy(decoder)
-    use_conv_kernels(kernels)
-    pool = CodecStatePool(kernels.config, num_slots=2, dtype=torch.float32, device="cpu")
-    slots = torch.tensor([1])
-    pool.reset(slots)
-    wav = torch.cat([decode_chunk(kernels, codes[:, a:b], slots, pool)[0] for a, b in ((0, 2), (2, 6))])
+kernels = copy.deepcopy(decoder)
+use_conv_kernels(kernels)
+deviation = streamed_deviation(decoder, kernels, chunks=((0, 2), (2, 6)), slots=(1,))
 # a chunk: 2 calls a residual unit, 1 for the last conv
 assert len(called) == 2 * (2 * 3 * len(SMALL_WINDOW_CONFIG.upsample_rates) + 1), len(called)
-assert (wav - full).abs().max().item() <= 1e-4, (wav - full).abs().max().item()
+assert deviation <= 1e-4, deviation
 print("ok")
 """
     interpret(script)
@@ -143,16 +136,17 @@ def test_use_conv_kernels_marks_the_residual_units_convs_and_streams_on_cpu(mode
     assert streamed_deviation(decoder, kernels) <= 1e-5
 
 
-def streamed_deviation(decoder: CodecDecoder, changed: CodecDecoder) -> float:
-    """Largest sample difference between `decoder`'s full decode of two requests and `changed` streaming them (4 + 5
-    frames, from state pool slots 2 and 0), on CPU."""
-    codes = torch.randint(0, 2048, (2, 9, 16), generator=torch.Generator().manual_seed(1))
+def streamed_deviation(decoder: CodecDecoder, changed: CodecDecoder, chunks=((0, 4), (4, 9)),
+                       slots=(2, 0)) -> float:
+    """Largest sample difference between `decoder`'s full decode of one request per slot and `changed` streaming
+    them in `chunks` (frame ranges) from those state pool slots, on CPU."""
+    codes = torch.randint(0, 2048, (len(slots), chunks[-1][1], 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         full = decoder(codes.transpose(1, 2))[:, 0]
-        pool = CodecStatePool(changed.config, num_slots=3, dtype=torch.float32, device="cpu")
-        slots = torch.tensor([2, 0])
-        pool.reset(slots)
-        wav = torch.cat([decode_chunk(changed, codes[:, a:b], slots, pool) for a, b in ((0, 4), (4, 9))], dim=1)
+        pool = CodecStatePool(changed.config, num_slots=max(slots) + 1, dtype=torch.float32, device="cpu")
+        rows = torch.tensor(slots)
+        pool.reset(rows)
+        wav = torch.cat([decode_chunk(changed, codes[:, a:b], rows, pool) for a, b in chunks], dim=1)
     return (wav - full).abs().max().item()
 
 
@@ -176,8 +170,10 @@ def test_gpu_kernel_matches_the_tensor_code_in_bf16():
 
 
 @pytest.mark.gpu
-def test_gpu_compiled_decoder_on_the_kernel_matches_the_plain_one():
-    """The served decoder shape, bf16, compiled program with the kernel against the plain modules in fp32."""
+@pytest.mark.parametrize(("mode", "tma"), [("all", False), ("k7", True)])
+def test_gpu_compiled_decoder_on_the_kernel_matches_the_plain_one(mode, tma):
+    """The served decoder shape, bf16, compiled program with the kernels (every k7 conv on the TMA kernel: the served
+    form) against the plain modules in fp32."""
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 
@@ -185,7 +181,8 @@ def test_gpu_compiled_decoder_on_the_kernel_matches_the_plain_one():
     init_codec_decoder_weights(decoder, seed=0)
     codes = torch.randint(0, 2048, (4, 15, 16), generator=torch.Generator().manual_seed(2)).cuda()
     reference = copy.deepcopy(decoder).cuda()
-    program = Qwen3CodecProgram(decoder.to("cuda", torch.bfloat16), torch.bfloat16, compile=True, conv_kernels="all")
+    program = Qwen3CodecProgram(decoder.to("cuda", torch.bfloat16), torch.bfloat16, compile=True, conv_kernels=mode,
+                                conv_tma=tma)
     with torch.no_grad():
         full = reference(codes.transpose(1, 2))[:, 0]
         pool = program.make_state_pool(8, torch.device("cuda"))
