@@ -46,8 +46,9 @@ class SchedulerPolicyConfig:
     # slack; a waiting request already past saving does not count (as count_late_requests for running ones). False:
     # the paper's rule, which weighs only running requests; each deferral then eats the slack of the requests it
     # holds back, which run short once admitted and defer the next ones (on the H200 `lanes` ran away at 104 req/s
-    # in sessions 15 and 16, with either forced admission, where prefill-first held 112). Simulated with the paper's
-    # H100 costs, on and off are within 3 points at 48-60 req/s; not yet measured on the GPU.
+    # in sessions 15 and 16, with either forced admission, where prefill-first held 112; its learned prefill cost was
+    # also about 3x too high then, see CostModel.observe). Simulated with the paper's H100 costs, on and off are
+    # within 3 points at 48-60 req/s; not yet measured on the GPU.
     waiting_deadlines: bool = True
     # overload
     overload_mode: str = "reject"
