@@ -115,10 +115,10 @@ def use_conv_kernels(module: nn.Module, mode: str = "all", tma: bool = False) ->
     """Run the residual units under `module` on `conv_kernels.codec_conv` instead of cuDNN's convs (with layout
     conversions around them) and element-wise passes: "tails" their SnakeBeta -> conv k1 -> + input as one kernel,
     "dilated" their convs at dilation > 1 not already matmuls (`use_gemm`), "k7" every k7 conv not already a matmul,
-    "all" the tails and every k7 conv. Takes
-    precedence over `use_gemm` and `use_channels_last` for those convs. A conv's weight is stored tap-major (same
-    values): the kernel reads one tap's [out, in] block at a time. With the tails on the kernel, the last conv (to one
-    channel) is too: compiled after a tail kernel, inductor unfolded its windows into a 7 ms pass (session 13).
+    "all" the tails and every k7 conv. Takes precedence over `use_gemm` and `use_channels_last` for those convs. A
+    conv's weight is stored tap-major (same values): the kernel reads one tap's [out, in] block at a time. With the
+    tails on the kernel, the last conv (to one channel) is too: compiled after a tail kernel, inductor unfolded its
+    windows into a 7 ms pass (session 13).
     `tma`: the k7 convs on `tma_conv.tma_conv` (time-major input, aligned TMA tiles) where their channels allow."""
     if mode not in KERNEL_MODES:
         raise ValueError(f"conv kernel mode must be one of {KERNEL_MODES}, got {mode!r}")
