@@ -77,15 +77,15 @@ def test_device_step_timer_reports_finished_steps_in_order_without_waiting():
     clock.update(now=0.0, done_until=-1.0)
     timer = DeviceStepTimer(FakeEvent)
     for kind, size, seconds, rows in (("prefill", 300, 0.02, 7), ("decode", 8, 0.005, 0), ("decode", 9, 0.006, 0)):
-        timer.start(kind, size, rows)
+        timer.start((kind, size, rows))
         clock["now"] += seconds
         timer.stop()
     assert timer.harvest() == []  # the device has not finished the first step yet
     clock["done_until"] = 0.025  # the first two are done
-    assert [(k, s, round(t, 6), r) for k, s, t, r in timer.harvest()] == [("prefill", 300, 0.02, 7),
-                                                                          ("decode", 8, 0.005, 0)]
+    assert [(step, round(t, 6)) for step, t in timer.harvest()] == [(("prefill", 300, 7), 0.02),
+                                                                    (("decode", 8, 0), 0.005)]
     clock["done_until"] = 1.0
-    assert [(k, s) for k, s, _, _ in timer.harvest()] == [("decode", 9)]
+    assert [step for step, _ in timer.harvest()] == [("decode", 9, 0)]
     timer.stop()  # a stop without a start (a dummy step) records nothing
     assert timer.harvest() == []
 
@@ -98,7 +98,7 @@ def test_device_step_timer_measures_the_device_gap_before_each_step():
     timer = DeviceStepTimer(FakeEvent)
     for idle, busy in ((0.0, 0.008), (0.0003, 0.008), (0.002, 0.009), (5.0, 0.008)):  # 5 s: an idle server
         clock["now"] += idle
-        timer.start("decode", 64)
+        timer.start(("decode", 64, 0))
         clock["now"] += busy
         timer.stop()
     assert len(timer.harvest()) == 4

@@ -106,7 +106,7 @@ class SpeechRuntime:
         self._layout, self._step_started, self._codec_s, self._codec_chunks = layout, time.monotonic(), 0.0, 0
         self.model.prepare_step(layout)
         if self.device_steps is not None and layout.req_ids:
-            self.device_steps.start(*_step_kind(layout))
+            self.device_steps.start(_step_kind(layout))
         self.host_times.add("prepare", time.perf_counter() - started)
         buffers = getattr(self.model, "buffers", None)
         if buffers is not None:  # where prepare's time goes (not summed into the total: parts of prepare)
@@ -194,7 +194,7 @@ class SpeechRuntime:
         samples = []
         layout, self._layout = self._layout, None
         if self.device_steps is not None:
-            for kind, size, seconds, decode_rows in self.device_steps.harvest():
+            for (kind, size, decode_rows), seconds in self.device_steps.harvest():
                 samples.append(CostSample(kind, size, seconds, decode_rows))
                 self.host_times.add_device_step(kind, size, seconds)
             for gap in self.device_steps.gaps:
