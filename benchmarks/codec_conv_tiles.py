@@ -89,26 +89,22 @@ def main() -> None:
                    "cudnn_ms": time_ms(lambda: F.conv1d(x, w, b, dilation=dilation), args.reps)}
             want = conv_kernels.conv_reference(*(t if t is None else t.float() for t in (x, w, b, alpha, beta, res)),
                                                dilation)
-            served = conv_kernels.TILES.get((channels, channels, taps))
-            for tile in ([served] if served else []) if args.served_tiles_only else CANDIDATES:
-                conv_kernels.TILES[channels, channels, taps] = tile
-                try:
-                    got = conv_kernels.conv_triton(x, w, b, alpha, beta, res, dilation)
-                    error = ((got.float() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
-                    ms = time_ms(lambda: conv_kernels.conv_triton(x, w, b, alpha, beta, res, dilation), args.reps)
-                except Exception as exc:  # e.g. a tile past the shared memory: that tile is out for this conv
-                    row[str(tile)] = f"{type(exc).__name__}: {str(exc)[:120]}"
-                    continue
-                row[str(tile)] = round(ms, 4)
-                row[f"{tile} rms deviation"] = round(error, 5)
-                key = (channels, channels, taps)
-                totals.setdefault(key, {}).setdefault(tile, 0.0)
-                totals[key][tile] += ms if error < 0.05 else float("inf")
-            conv_kernels.TILES.pop((channels, channels, taps), None)
-            if served:
-                conv_kernels.TILES[channels, channels, taps] = served
+            candidates = CANDIDATES
+            if args.served_tiles_only:
+                served = conv_kernels.TILES.get((channels, channels, taps))
+                candidates = [served] if served else []
+            time_tiles(row, totals, (channels, channels, taps), conv_kernels.TILES, (channels, channels, taps),
+                       candidates, lambda: conv_kernels.conv_triton(x, w, b, alpha, beta, res, dilation), want,
+                       args.reps)
             if args.tma and taps == 7:
-                time_tma(row, totals, x, w, b, want, dilation, args.reps)
+                x_tm = x.transpose(1, 2).contiguous()
+                time_tiles(row, totals, ("tma", channels), tma_conv.TILES, channels,
+                           [t for t in TMA_CANDIDATES if channels % t[2] == 0],
+                           lambda: tma_conv.tma_conv_triton(x_tm, w, b, dilation), want, args.reps, "tma ")
+                timed = [(v, k) for k, v in row.items() if k.startswith("tma (") and "dev" not in k
+                         and isinstance(v, float)]
+                if timed:
+                    print(f"  TMA kernel: best {min(timed)[1]} {min(timed)[0]:.4f} ms", flush=True)
             rows.append(row)
             best = min((v, k) for k, v in row.items() if k.startswith("(") and "dev" not in k and isinstance(v, float))
             print(f"C {channels} k{taps} d{dilation} {batch}x{frames}: cuDNN {row['cudnn_ms']:.4f} ms, "
@@ -123,35 +119,29 @@ def main() -> None:
                        "chosen": chosen}, f, indent=1)
 
 
-def time_tma(row: dict, totals: dict, x, w, b, want, dilation: int, reps: int) -> None:
-    """The TMA kernel's time with each candidate tile into `row` ("tma (tile)") and `totals` (key ("tma", C))."""
-    channels = x.shape[1]
-    x_tm = x.transpose(1, 2).contiguous()
-    served = tma_conv.TILES.get(channels)
-    key = ("tma", channels)
-    for tile in TMA_CANDIDATES:
-        if channels % tile[2]:
-            continue
-        tma_conv.TILES[channels] = tile
-        name = f"tma {tile}"
+def time_tiles(row: dict, totals: dict, key: tuple, table: dict, table_key, candidates: list, run, want,
+               reps: int, prefix: str = "") -> None:
+    """Each candidate tile put in `table[table_key]` in turn (the table as it was after): `run()`'s time and its
+    deviation from `want` into `row` (named `prefix` + the tile), its time summed into `totals[key]` (a tile whose
+    output deviates counts as never fastest)."""
+    served = table.get(table_key)
+    for tile in candidates:
+        table[table_key] = tile
+        name = f"{prefix}{tile}"
         try:
-            got = tma_conv.tma_conv_triton(x_tm, w, b, dilation)
+            got = run()
             error = ((got.float() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
-            ms = time_ms(lambda: tma_conv.tma_conv_triton(x_tm, w, b, dilation), reps)
-        except Exception as exc:  # a tile past the shared memory, or the kernel failing to compile: out
+            ms = time_ms(run, reps)
+        except Exception as exc:  # e.g. a tile past the shared memory: that tile is out for this conv
             row[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
             continue
         row[name] = round(ms, 4)
         row[f"{name} rms deviation"] = round(error, 5)
         totals.setdefault(key, {}).setdefault(tile, 0.0)
         totals[key][tile] += ms if error < 0.05 else float("inf")
-    tma_conv.TILES.pop(channels, None)
+    table.pop(table_key, None)
     if served:
-        tma_conv.TILES[channels] = served
-    timed = [(v, k) for k, v in row.items() if k.startswith("tma (") and "dev" not in k and isinstance(v, float)]
-    if timed:
-        print(f"  TMA kernel: best {min(timed)[1]} {min(timed)[0]:.4f} ms", flush=True)
-
+        table[table_key] = served
 
 if __name__ == "__main__":
     main()
