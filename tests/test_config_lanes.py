@@ -2,7 +2,7 @@
 
 import pytest
 
-from vllm_voxserve.config import CodecMode, LanesConfig, LaneSplitConfig, VoxServeConfig
+from vllm_voxserve.config import CodecMode, LanesConfig, LaneSplitConfig, VoxServeConfig, backbone_stream_priority
 
 
 def test_lanes_default_to_the_chunk_sizes_and_round_trip():
@@ -27,6 +27,8 @@ def test_lanes_default_to_the_chunk_sizes_and_round_trip():
     ({"split": {"group": "both"}}, "'codec' or 'lm'"),
     ({"split": {"sms": 8}}, "unknown voxserve.lanes.split keys"),
     ({"split": 8}, "must be an object"),
+    ({"backbone_priority": "urgent"}, "backbone_priority must be one of"),
+    ({"backbone_priority": "high", "lm_partition": True}, "needs voxserve.lanes.lm_partition off"),
     (3, "must be an object"),
 ])
 def test_bad_lanes_fail_at_start_up(lanes, message):
@@ -39,3 +41,15 @@ def test_the_cost_models_codec_share_follows_the_split_unless_the_policy_sets_it
     assert VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}}).scheduler_policy().codec_sms == 24
     own = VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}, "scheduler": {"codec_sms": 40}})
     assert own.scheduler_policy().codec_sms == 40
+
+
+@pytest.mark.parametrize("setting, least, greatest, priority", [
+    ("least", 0, -5, 0),
+    ("high", 0, -5, -1),  # above the background lane (least), below the urgent lane (greatest)
+    ("high", 0, -3, -1),  # torch's own range on the H200
+    ("high", 0, -1, -1),  # two levels: the urgent lane's
+    ("high", 0, 0, 0),  # a device without priorities
+])
+def test_the_backbone_priority_lies_between_the_background_and_the_urgent_lane(setting, least, greatest, priority):
+    assert backbone_stream_priority(setting, least, greatest) == priority
+    assert LanesConfig(backbone_priority=setting).backbone_priority == setting

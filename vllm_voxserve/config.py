@@ -39,6 +39,20 @@ def _reject_unknown(where: str, raw: Mapping[str, Any], cls: type) -> None:
         raise ValueError(f"unknown {where} keys {unknown}; valid keys: {sorted(known)}")
 
 
+BACKBONE_PRIORITIES = ("least", "high")
+
+
+def backbone_stream_priority(setting: str, least: int, greatest: int) -> int:
+    """The stream priority of `lanes.backbone_priority` in the device's range (CUDA: a lower number goes first;
+    `least` is the default streams' and the background lane's, `greatest` the urgent lane's): "high" is one level
+    above the least, or the greatest where the range has only two levels."""
+    if setting not in BACKBONE_PRIORITIES:
+        raise ValueError(f"unknown backbone priority {setting!r}")
+    if setting == "least" or least == greatest:
+        return least
+    return least - 1 if least - 1 > greatest else greatest
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class LaneSplitConfig:
     """`voxserve.lanes.split`: the GPU's SM split (`codec_lanes.SplitSpec` without the device). The side named by
@@ -76,8 +90,20 @@ class LanesConfig:
     # Capture vLLM's backbone graphs on the LM side of `split` (GPU, Model Runner V2), so decode steps stay off the
     # codec SMs; off: the backbone uses the whole GPU. Set at start-up; applies in both codec modes.
     lm_partition: bool = False
+    # The stream priority the backbone's graphs are captured at and its eager work runs at (GPU). "least": vLLM's
+    # own stream, the background codec lane's priority: an SM that frees up takes a pending block of either, and
+    # decode steps beside a busy codec lane took about 1.5x their codec-inline time (session 16, 112 req/s).
+    # "high": above the background lane and below the urgent lane, so the backbone's blocks go first onto any SM
+    # that frees up (the codec partition's too) and the codec runs in what the backbone leaves. Set at start-up.
+    backbone_priority: str = "least"
 
     def __post_init__(self) -> None:
+        if self.backbone_priority not in BACKBONE_PRIORITIES:
+            raise ValueError(f"voxserve.lanes.backbone_priority must be one of {list(BACKBONE_PRIORITIES)}, got "
+                             f"{self.backbone_priority!r}")
+        if self.backbone_priority != "least" and self.lm_partition:
+            raise ValueError("voxserve.lanes.backbone_priority applies to the whole-GPU backbone: it needs "
+                             "voxserve.lanes.lm_partition off")
         for name in ("frame_counts", "urgent_buckets"):
             values = getattr(self, name)
             if not isinstance(values, tuple):

@@ -1,5 +1,8 @@
 """The GPU worker's start-up order (vLLM's own start-up is stubbed: this runs on CPU)."""
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 from vllm.v1.worker.gpu_worker import Worker
 
@@ -15,6 +18,7 @@ def test_one_intra_op_thread_and_the_compile_cache_come_before_the_model_compile
     monkeypatch.setattr(Worker, "init_device", lambda self: seen.append(("vllm", torch.get_num_threads())))
     worker = VoxServeGPUWorker.__new__(VoxServeGPUWorker)
     worker.model_runner = object()
+    worker.vllm_config = SimpleNamespace(additional_config={})
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # as on a machine with cores to spare
     try:
@@ -22,3 +26,34 @@ def test_one_intra_op_thread_and_the_compile_cache_come_before_the_model_compile
     finally:
         torch.set_num_threads(threads)
     assert seen == [("cache", 1), ("vllm", 1)]
+    assert worker.backbone_capture_stream is None  # the default priority keeps vLLM's own streams
+
+
+def test_a_high_backbone_priority_sets_the_current_stream_after_vllm_made_its_runner(monkeypatch):
+    """Model Runner V2 caches the current stream as its main stream at first use: ours must be current by then."""
+    seen = []
+    monkeypatch.setattr(gpu_worker, "load_compile_cache", lambda path: None)
+    monkeypatch.setattr(Worker, "init_device", lambda self: seen.append("vllm"))
+    monkeypatch.setattr(gpu_worker, "backbone_streams", lambda setting: seen.append(setting) or "capture")
+    worker = VoxServeGPUWorker.__new__(VoxServeGPUWorker)
+    worker.model_runner = object()
+    worker.vllm_config = SimpleNamespace(additional_config={"voxserve": {"lanes": {"backbone_priority": "high"}}})
+    worker.init_device()
+    assert seen == ["vllm", "high"] and worker.backbone_capture_stream == "capture"
+
+
+def test_the_least_backbone_priority_touches_no_stream():
+    assert gpu_worker.backbone_streams("least") is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_high_backbone_priority_runs_the_thread_and_its_captures_above_the_least():
+    least, _ = torch.cuda.Stream.priority_range()
+    before = torch.cuda.current_stream()
+    try:
+        capture = gpu_worker.backbone_streams("high")
+        assert torch.cuda.current_stream().priority < least and capture.priority == torch.cuda.current_stream().priority
+        assert capture != torch.cuda.current_stream()
+    finally:
+        torch.cuda.set_stream(before)

@@ -12,7 +12,7 @@ from vllm.v1.worker.gpu_worker import Worker
 
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.compat import capture_vllm_graphs_on
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.config import VoxServeConfig, backbone_stream_priority
 from vllm_voxserve.scheduler.adapter import attach_report
 from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call
@@ -35,6 +35,8 @@ class VoxServeGPUWorker(Worker):
         super().init_device()
         if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
             self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
+        lanes = VoxServeConfig.from_additional_config(self.vllm_config.additional_config).lanes
+        self.backbone_capture_stream = backbone_streams(lanes.backbone_priority)
 
     def compile_or_warm_up_model(self):
         result = self._compile_or_warm_up()
@@ -42,9 +44,14 @@ class VoxServeGPUWorker(Worker):
         return result
 
     def _compile_or_warm_up(self):
-        """With `voxserve.lanes.lm_partition`, vLLM captures its backbone graphs on the LM partition's green stream
+        """With `voxserve.lanes.backbone_priority` above the least, vLLM captures its graphs on a stream of that
+        priority (`compat.capture_vllm_graphs_on`): a graph runs at its capture stream's priority. With
+        `voxserve.lanes.lm_partition`, vLLM captures its backbone graphs on the LM partition's green stream
         (`compat.capture_vllm_graphs_on`); the codec lanes later take the complementary SMs of the same split."""
         lanes = VoxServeConfig.from_additional_config(self.vllm_config.additional_config).lanes
+        if self.backbone_capture_stream is not None:  # `lanes.backbone_priority`: graphs at the backbone's priority
+            with capture_vllm_graphs_on(self.backbone_capture_stream):
+                return super().compile_or_warm_up_model()
         if not lanes.lm_partition or not hasattr(self.model_runner, "cudagraph_manager"):  # MRV2 only
             return super().compile_or_warm_up_model()
         split = SplitSpec(lanes.split.group, lanes.split.group_sms, self.device.index or 0)
@@ -85,3 +92,17 @@ def serve_on_one_intra_op_thread() -> None:
     them at 23-35 % of a CPU each while the engine's thread was 80-94 % busy). OMP_NUM_THREADS, if set, wins."""
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
+
+
+def backbone_streams(setting: str) -> torch.cuda.Stream | None:
+    """`lanes.backbone_priority` other than "least": make this thread's current stream one of that priority before
+    the model runner first reads it (Model Runner V2 caches it as its main stream; vLLM's executor runs every worker
+    call on this thread), and return a second stream of that priority for capturing vLLM's graphs. None: vLLM's own
+    streams, at the least priority."""
+    if setting == "least":
+        return None
+    least, greatest = torch.cuda.Stream.priority_range()
+    priority = backbone_stream_priority(setting, least, greatest)
+    torch.cuda.set_stream(torch.cuda.Stream(priority=priority))
+    logger.info("voxserve: the backbone runs at stream priority %d (range %d..%d)", priority, least, greatest)
+    return torch.cuda.Stream(priority=priority)

@@ -71,9 +71,11 @@ class ServedCodePredictor:
         torch.cuda.synchronize()
         compiled = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
+        # a graph runs at the priority of the stream it was captured on: the backbone's (`lanes.backbone_priority`)
+        stream = torch.cuda.Stream(priority=torch.cuda.current_stream().priority)
         for k in sorted(self.buckets, reverse=True):
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
                 self._compute(k)
             self.graphs[k] = graph
         torch.cuda.synchronize()
