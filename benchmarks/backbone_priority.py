@@ -59,13 +59,18 @@ def overlapped_ms(sides: list[tuple[object, object, int]]) -> list[float]:
                 event.record(stream)
         marks.append(events)
     torch.cuda.synchronize()
-    times = [[ref.elapsed_time(e) for e in events] for events in marks]
-    lo, hi = max(t[0] for t in times), min(t[-1] for t in times)
+    return mean_inside_common_span([[ref.elapsed_time(e) for e in events] for events in marks])
+
+
+def mean_inside_common_span(marks: list[list[float]]) -> list[float]:
+    """marks: each side's replay boundaries (ms, one clock). The mean replay of each side among those wholly inside
+    the span where every side was replaying: the rest ran beside fewer sides, partly or wholly alone."""
+    lo, hi = max(t[0] for t in marks), min(t[-1] for t in marks)
     out = []
-    for t in times:
+    for t in marks:
         inside = [b - a for a, b in zip(t, t[1:]) if a >= lo and b <= hi]
         if not inside:
-            raise RuntimeError("a side finished before the other began: raise the window")
+            raise RuntimeError("a side has no replay inside the common span: raise the window")
         out.append(sum(inside) / len(inside))
     return out
 
@@ -78,6 +83,7 @@ def main() -> None:
     ap.add_argument("--codec-batch", type=int, default=64)
     ap.add_argument("--frames", type=int, default=10)
     ap.add_argument("--window-ms", type=float, default=1500.0)
+    ap.add_argument("--priorities", default=",".join(BACKBONE_PRIORITIES), help="backbone priorities to time")
     ap.add_argument("--out", default="priority.json")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -86,7 +92,7 @@ def main() -> None:
     make_codec = codec_step_factory(codec, args.frames, torch.device("cuda"))
     make_backbone = backbone_step_factory(context=args.context)
     least, greatest = torch.cuda.Stream.priority_range()
-    priorities = {name: backbone_stream_priority(name, least, greatest) for name in BACKBONE_PRIORITIES}
+    priorities = {name: backbone_stream_priority(name, least, greatest) for name in args.priorities.split(",")}
     t0 = time.perf_counter()
     result = dict(gpu=torch.cuda.get_device_name(), sm_count=torch.cuda.get_device_properties(0).multi_processor_count,
                   workload=vars(args), priorities=priorities, alone={}, side_by_side=[])

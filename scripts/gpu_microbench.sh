@@ -7,7 +7,8 @@
 # on the whole GPU and a 48-SM codec partition),
 # "snake" (one SnakeBeta pass with static and dynamic sizes: benchmarks/snake_pass.py), "tiles" (the conv kernel's
 # tiles: benchmarks/codec_conv_tiles.py),
-# "codec_old" (the same from an older tree, OLD_TREE), and the Figure 3 measurements with the real-shaped backbone.
+# "codec_old" (the same from an older tree, OLD_TREE), the Figure 3 measurements with the real-shaped backbone, and
+# "priority" (that backbone on the whole GPU at each stream priority beside the codec lane: benchmarks/backbone_priority.py).
 # Results: $OUT/microbench.tgz (plot Figure 3 later with `python -m benchmarks.fig3.plot fig3.json` where matplotlib
 # is).
 set -uo pipefail
@@ -64,6 +65,11 @@ if [[ $parts == *,fig3,* ]]; then
     || timeout -k 5 "${FIG3_T:-300}" python3 -X faulthandler -m benchmarks.fig3.measure ${FIG3_ARGS:-} --skip-alone \
       --out "$res/fig3_skip_alone.json" > "$res/fig3_skip_alone.txt" 2>&1  # a crash: again without stage (a)
   echo "fig3 ended at ${SECONDS} s" >> "$res/times.txt"
+fi
+if [[ $parts == *,priority,* ]]; then  # the backbone step beside the codec lane at each stream priority (about 2 min)
+  timeout -k 5 "${PRIORITY_T:-330}" python3 -m benchmarks.backbone_priority ${PRIORITY_ARGS:-} \
+    --out "$res/priority.json" > "$res/priority.txt" 2>&1
+  echo "priority ended at ${SECONDS} s" >> "$res/times.txt"
 fi
 tail -n 3 "$res"/*.txt
 tar czf "$final_out/microbench.tgz" -C "$res" .

@@ -91,19 +91,21 @@ class LanesConfig:
     # codec SMs; off: the backbone uses the whole GPU. Set at start-up; applies in both codec modes.
     lm_partition: bool = False
     # The stream priority the backbone's graphs are captured at and its eager work runs at (GPU). "least": vLLM's
-    # own stream, the background codec lane's priority: an SM that frees up takes a pending block of either, and
-    # decode steps beside a busy codec lane took about 1.5x their codec-inline time (session 16, 112 req/s).
-    # "high": above the background lane and below the urgent lane, so the backbone's blocks go first onto any SM
-    # that frees up (the codec partition's too) and the codec runs in what the backbone leaves. Set at start-up.
-    backbone_priority: str = "least"
+    # own stream, the background codec lane's priority: an SM that frees up takes a pending block of either. "high"
+    # (default): above the background lane, below the urgent lane, so the backbone's blocks go first onto any SM
+    # that frees up (the codec partition's too) and the codec runs in what the backbone leaves. On the H200 beside a
+    # busy 64-SM codec lane (session 17, batch 192, benchmarks.backbone_priority): a step 15.2 ms at "least", 12.7
+    # at "high" (9.5 alone), the codec's 64 x 10-frame batch 32.0 and 45.6 ms; served with it, `lanes` met 99.73 %
+    # at 120 req/s. Set at start-up; with `lm_partition` set it to "least".
+    backbone_priority: str = "high"
 
     def __post_init__(self) -> None:
         if self.backbone_priority not in BACKBONE_PRIORITIES:
             raise ValueError(f"voxserve.lanes.backbone_priority must be one of {list(BACKBONE_PRIORITIES)}, got "
                              f"{self.backbone_priority!r}")
         if self.backbone_priority != "least" and self.lm_partition:
-            raise ValueError("voxserve.lanes.backbone_priority applies to the whole-GPU backbone: it needs "
-                             "voxserve.lanes.lm_partition off")
+            raise ValueError("voxserve.lanes.backbone_priority applies to the whole-GPU backbone: with "
+                             "voxserve.lanes.lm_partition set it to 'least'")
         for name in ("frame_counts", "urgent_buckets"):
             values = getattr(self, name)
             if not isinstance(values, tuple):

@@ -18,7 +18,7 @@ def test_one_intra_op_thread_and_the_compile_cache_come_before_the_model_compile
     monkeypatch.setattr(Worker, "init_device", lambda self: seen.append(("vllm", torch.get_num_threads())))
     worker = VoxServeGPUWorker.__new__(VoxServeGPUWorker)
     worker.model_runner = object()
-    worker.vllm_config = SimpleNamespace(additional_config={})
+    worker.vllm_config = SimpleNamespace(additional_config={"voxserve": {"lanes": {"backbone_priority": "least"}}})
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # as on a machine with cores to spare
     try:
@@ -26,7 +26,7 @@ def test_one_intra_op_thread_and_the_compile_cache_come_before_the_model_compile
     finally:
         torch.set_num_threads(threads)
     assert seen == [("cache", 1), ("vllm", 1)]
-    assert worker.backbone_capture_stream is None  # the default priority keeps vLLM's own streams
+    assert worker.backbone_capture_stream is None  # the least priority keeps vLLM's own streams
 
 
 def test_a_high_backbone_priority_sets_the_current_stream_after_vllm_made_its_runner(monkeypatch):
