@@ -87,8 +87,7 @@ def main() -> None:
     ap.add_argument("--out", default="priority.json")
     args = ap.parse_args()
     torch.manual_seed(0)
-    served = VoxServeConfig()
-    codec = build_codec(torch.bfloat16, True, **form_arguments(served))
+    codec = build_codec(torch.bfloat16, True, **form_arguments(VoxServeConfig()))  # the served form
     make_codec = codec_step_factory(codec, args.frames, torch.device("cuda"))
     make_backbone = backbone_step_factory(context=args.context)
     least, greatest = torch.cuda.Stream.priority_range()

@@ -50,7 +50,7 @@ def backbone_stream_priority(setting: str, least: int, greatest: int) -> int:
         raise ValueError(f"unknown backbone priority {setting!r}")
     if setting == "least" or least == greatest:
         return least
-    return least - 1 if least - 1 > greatest else greatest
+    return least - 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -101,7 +101,7 @@ def codec_step_factory(program: CodecProgram, frames: int, device: torch.device,
     return make_step
 
 
-def side_by_side_ms(lm_stream, codec_stream, backbone, codec, window_ms: float) -> tuple[float, float]:
+def _side_by_side_ms(lm_stream, codec_stream, backbone, codec, window_ms: float) -> tuple[float, float]:
     """Replay both graphs (on their launch streams) for about window_ms; per-replay ms of each."""
     def alone_ms(stream, graph, reps=5) -> float:
         stream.synchronize()
@@ -138,8 +138,8 @@ def profile_splits(candidates: Sequence[SplitSpec], make_backbone_step: Callable
         parts = shared_partitions(spec)
         backbone = capture_step_graphs(make_backbone_step, [workload.backbone_batch], parts.lm_stream)
         codec = capture_step_graphs(make_codec_step, [workload.codec_batch], parts.codec_stream)
-        step_ms, batch_ms = side_by_side_ms(parts.lm_launch_stream, parts.codec_launch_stream,
-                                            backbone[workload.backbone_batch], codec[workload.codec_batch], window_ms)
+        step_ms, batch_ms = _side_by_side_ms(parts.lm_launch_stream, parts.codec_launch_stream,
+                                             backbone[workload.backbone_batch], codec[workload.codec_batch], window_ms)
         del backbone, codec
         m = SplitMeasurement(spec, parts.lm_sms, parts.codec_sms, step_ms, batch_ms, workload)
         logger.info("split LM %d / codec %d SMs: step %.3f ms (%.0f frames/s), codec batch %.3f ms "
