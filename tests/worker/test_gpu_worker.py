@@ -57,3 +57,25 @@ def test_a_high_backbone_priority_runs_the_thread_and_its_captures_above_the_lea
         assert capture != torch.cuda.current_stream()
     finally:
         torch.cuda.set_stream(before)
+
+
+@pytest.mark.parametrize("capture_stream, expected", [("priority stream", ["on priority stream", "vllm"]),
+                                                      (None, ["vllm"])])
+def test_vllm_captures_its_graphs_on_the_backbone_priority_stream(monkeypatch, capture_stream, expected):
+    from contextlib import contextmanager
+
+    from vllm_voxserve.config import LanesConfig
+
+    seen = []
+
+    @contextmanager
+    def capture_on(stream):
+        seen.append(f"on {stream}")
+        yield
+
+    monkeypatch.setattr(gpu_worker, "capture_vllm_graphs_on", capture_on)
+    monkeypatch.setattr(Worker, "compile_or_warm_up_model", lambda self: seen.append("vllm") or "warm")
+    worker = VoxServeGPUWorker.__new__(VoxServeGPUWorker)
+    worker.model_runner = object()
+    worker.lanes_config, worker.backbone_capture_stream = LanesConfig(), capture_stream
+    assert worker._compile_or_warm_up() == "warm" and seen == expected

@@ -35,8 +35,8 @@ class VoxServeGPUWorker(Worker):
         super().init_device()
         if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
             self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
-        lanes = VoxServeConfig.from_additional_config(self.vllm_config.additional_config).lanes
-        self.backbone_capture_stream = backbone_streams(lanes.backbone_priority)
+        self.lanes_config = VoxServeConfig.from_additional_config(self.vllm_config.additional_config).lanes
+        self.backbone_capture_stream = backbone_streams(self.lanes_config.backbone_priority)
 
     def compile_or_warm_up_model(self):
         result = self._compile_or_warm_up()
@@ -44,21 +44,19 @@ class VoxServeGPUWorker(Worker):
         return result
 
     def _compile_or_warm_up(self):
-        """With `voxserve.lanes.backbone_priority` above the least, vLLM captures its graphs on a stream of that
-        priority (`compat.capture_vllm_graphs_on`): a graph runs at its capture stream's priority. With
-        `voxserve.lanes.lm_partition`, vLLM captures its backbone graphs on the LM partition's green stream
-        (`compat.capture_vllm_graphs_on`); the codec lanes later take the complementary SMs of the same split."""
-        lanes = VoxServeConfig.from_additional_config(self.vllm_config.additional_config).lanes
-        if self.backbone_capture_stream is not None:  # `lanes.backbone_priority`: graphs at the backbone's priority
-            with capture_vllm_graphs_on(self.backbone_capture_stream):
-                return super().compile_or_warm_up_model()
-        if not lanes.lm_partition or not hasattr(self.model_runner, "cudagraph_manager"):  # MRV2 only
+        """vLLM captures its graphs on one of our streams (`compat.capture_vllm_graphs_on`): with
+        `voxserve.lanes.backbone_priority` above the least, a stream of that priority (a graph runs at its capture
+        stream's priority); with `voxserve.lanes.lm_partition` (Model Runner V2), the LM partition's green stream, and
+        the codec lanes later take the complementary SMs of the same split. The config allows one of the two."""
+        lanes, stream = self.lanes_config, self.backbone_capture_stream
+        if stream is None and lanes.lm_partition and hasattr(self.model_runner, "cudagraph_manager"):  # MRV2 only
+            partitions = shared_partitions(SplitSpec(lanes.split.group, lanes.split.group_sms, self.device.index or 0))
+            logger.info("voxserve: capturing the backbone's CUDA graphs on the LM partition (%d of %d SMs)",
+                        partitions.lm_sms, partitions.total_sms)
+            stream = partitions.lm_stream
+        if stream is None:
             return super().compile_or_warm_up_model()
-        split = SplitSpec(lanes.split.group, lanes.split.group_sms, self.device.index or 0)
-        partitions = shared_partitions(split)
-        logger.info("voxserve: capturing the backbone's CUDA graphs on the LM partition (%d of %d SMs)",
-                    partitions.lm_sms, partitions.total_sms)
-        with capture_vllm_graphs_on(partitions.lm_stream):
+        with capture_vllm_graphs_on(stream):
             return super().compile_or_warm_up_model()
 
     def execute_model(self, scheduler_output):
