@@ -138,8 +138,8 @@ class SpeechPolicyMixin:
             return self.planner.on_arrival(now, waiting, streams, held)
         # Its own SLO: judge it with T = its SLO, every arrival moved into that frame (deadlines unchanged).
         shift = self.speech_policy.ttfa_target_s - slo_s
-        guard = OverloadGuard(self.speech_policy.replace(ttfa_target_s=slo_s), self.planner.costs)
-        guard.step_interval_s = self.planner.overload.step_interval_s
+        guard = OverloadGuard(self.speech_policy.replace(ttfa_target_s=slo_s), self.planner.costs,
+                              self.planner.overload.capacity)
 
         def moved(item):
             return dataclasses.replace(item, arrival_time=item.arrival_time + shift)

@@ -46,6 +46,7 @@ class Planner:
         self.admission = PrefillAdmission(self.cfg, self.costs)
         self.overload = OverloadGuard(self.cfg, self.costs)
         self._last_lm_step_at: float | None = None  # when the last plan that started an LM step was made
+        self._last_lm_rows = 0  # the requests that step decoded
 
     def observe(self, report: StepReport) -> None:
         for sample in report.costs:
@@ -72,9 +73,10 @@ class Planner:
         plan = StepPlan()
         if lm_free:
             if self._last_lm_step_at is not None:
-                self.overload.observe_step_interval(now - self._last_lm_step_at)
+                self.overload.capacity.observe_step(now - self._last_lm_step_at, self._last_lm_rows)
             self._plan_lm(now, streams, waiting, plan)
             self._last_lm_step_at = now if plan.admit or plan.decode else None
+            self._last_lm_rows = len(plan.decode)
         if lm_has_work is None:
             lm_has_work = bool(waiting) or any(not s.generation_done for s in streams)
         self._plan_codec(now, streams, lanes, lm_has_work, plan)

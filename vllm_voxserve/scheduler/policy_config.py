@@ -55,7 +55,13 @@ class SchedulerPolicyConfig:
     # overload
     overload_mode: str = "reject"
     demand_horizons_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)  # windows the frame demand is checked over
-    capacity_headroom: float = 0.85  # share of the LM's frame rate that admitted streams may need
+    # share of a lane's frame rate (backbone, codec) that admitted streams may need; simulated with H200-shaped costs
+    # (benchmarks/simulation), 0.85 let ≈ 5-9 % of admitted requests stall at 1.5-2x capacity, 0.8 under 1 %
+    capacity_headroom: float = 0.8
+    # weigh the background codec lane's frame rate at arrival beside the backbone's; off, the backbone's alone (the
+    # guard before the codec lane was modelled: past capacity it admitted what the codec lane could not decode)
+    codec_admission: bool = True
+    demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
     min_retry_after_s: float = 1.0
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
     # SM split (LM lane SMs / background codec lane SMs); urgent and prefill work use the whole GPU
@@ -64,7 +70,7 @@ class SchedulerPolicyConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "ttfa_target_s", "frame_duration_s", "urgent_margin_s")
-        _non_negative(self, "early_launch_slack_s", "max_prefill_deferral_s", "min_retry_after_s")
+        _non_negative(self, "early_launch_slack_s", "max_prefill_deferral_s", "min_retry_after_s", "demand_refresh_s")
         _at_least_one(
             self, "chunk_frames", "first_chunk_frames", "background_min_batch", "background_max_batch",
             "urgent_max_batch", "max_decode_batch", "max_prefills_per_step", "max_prefill_tokens",
@@ -81,7 +87,7 @@ class SchedulerPolicyConfig:
             )
         if self.admission_mode not in ADMISSION_MODES:
             raise ValueError(f"admission_mode must be one of {ADMISSION_MODES}, got {self.admission_mode!r}")
-        for name in ("count_late_requests", "waiting_deadlines"):
+        for name in ("count_late_requests", "waiting_deadlines", "codec_admission"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.forced_admission not in FORCED_ADMISSIONS:
