@@ -26,6 +26,7 @@ from typing import Sequence
 from benchmarks.simulation.slo import RequestOutcome
 from benchmarks.simulation.workload import SimRequest
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, paper_h100_seed
+from vllm_voxserve.scheduler.overload import SHED_WAITING
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.report import CostSample, LaneBacklog, StepReport
@@ -151,6 +152,7 @@ class SimulatedServer:
         self.samples = []
         plan = self.planner.plan_step(now, list(self.streams.values()), self.waiting, self.lanes, not self.lm_busy)
         rejected = {r.request_id for r in plan.reject}
+        self.planner.overload.decisions[SHED_WAITING] += len(rejected)
         for request_id in rejected:
             self.outcomes[request_id].rejected = True
         if plan.admit or rejected:

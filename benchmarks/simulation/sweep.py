@@ -105,33 +105,38 @@ def study(
     rates: Sequence[float],
     window_s: float,
     seeds: Sequence[int] = (0,),
-    overload_factor: float = 1.5,
+    overload_factors: Sequence[float] = (1.5,),
     reference_mode: str = "deadline_aware",
     base: SchedulerPolicyConfig | None = None,
     gpu: GpuModel | None = None,
 ) -> dict:
-    """Sweep every mode, take `reference_mode`'s SLO capacity, and run every mode at `overload_factor` times it."""
+    """Sweep every mode, take `reference_mode`'s SLO capacity (at 90 %), and run every mode at each of
+    `overload_factors` times it. Goodput there is given as a share of the mode's own peak and of that capacity."""
     words = load_word_counts()
     results = {m: sweep(m, rates, window_s, seeds, base, gpu, words) for m in modes}
     capacities = {m: capacity(r) for m, r in results.items()}
     reference = capacities.get(reference_mode) or max(capacities.values())
-    overload_rate = round(overload_factor * reference, 3)
-    overload = {}
-    for mode, mode_results in results.items():
-        at_overload = simulate_rate(mode, overload_rate, window_s, seeds, base, gpu, words)
-        peak = max(peak_goodput(mode_results), at_overload.goodput)
-        overload[mode] = {
-            "result": at_overload.to_dict(),
-            "peak_goodput": peak,
-            "goodput_share_of_peak": at_overload.goodput / peak if peak else 0.0,
-        }
+    overload: dict[str, dict] = {}
+    for factor in overload_factors:
+        rate = round(factor * reference, 3)
+        overload[f"{factor:g}"] = at_factor = {"rate": rate}
+        for mode, mode_results in results.items():
+            at_overload = simulate_rate(mode, rate, window_s, seeds, base, gpu, words)
+            peak = max(peak_goodput(mode_results), at_overload.goodput)
+            at_factor[mode] = {
+                "result": at_overload.to_dict(),
+                "peak_goodput": peak,
+                "goodput_share_of_peak": at_overload.goodput / peak if peak else 0.0,
+                "goodput_share_of_capacity": at_overload.goodput / reference if reference else 0.0,
+            }
     return {
         "window_s": window_s,
         "seeds": list(seeds),
         "rates": list(rates),
+        "reference_mode": reference_mode,
+        "reference_capacity": reference,
         "capacity_90": capacities,
         "capacity_99": {m: capacity(r, 0.99) for m, r in results.items()},
-        "overload_rate": overload_rate,
         "overload": overload,
         "results": {m: [r.to_dict() for r in rs] for m, rs in results.items()},
     }

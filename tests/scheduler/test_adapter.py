@@ -339,3 +339,18 @@ def test_the_policys_host_time_is_logged_each_window_in_either_mode(stock):
     assert len(lines) == 1 and lines[0].startswith("voxserve scheduler host time over 3 steps")
     assert "schedule " in lines[0] and "update " in lines[0]
     assert ("admitted streams 1/1/1" in lines[0]) == (not stock)  # the policy admits nothing in stock mode
+    # with the policy, what admission decided and its capacity estimates in frames/s per lane
+    assert ("capacity backbone frames/s" in lines[0] and "capacity codec frames/s" in lines[0]) == (not stock)
+
+
+def test_admission_decisions_reach_the_log_line():
+    scheduler, clock = build({"overload_mode": "reject"})
+    lines = []
+    scheduler.host_times = StepHostTimes(every=4, report=lines.append, title="voxserve scheduler host time")
+    scheduler.add_request(speech_request("a", clock))  # an idle server takes it unchecked
+    step(scheduler, clock)
+    scheduler.add_request(speech_request("b", clock))  # checked: the server is busy
+    for _ in range(3):
+        step(scheduler, clock)
+    # b's first chunk cannot come within T at these step costs (ten steps of STEP_S): refused at arrival, counted
+    assert "admission refused: first audio late 1" in lines[0] and "demand % of codec" in lines[0]

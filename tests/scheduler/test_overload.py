@@ -136,7 +136,8 @@ def test_accepted_requests_count_until_the_demand_is_refreshed():
 def test_decisions_are_counted_and_taken():
     g = guard()
     g.check_arrival(1.0, waiting("a", arrival=1.0), [], [])
-    g.shed_waiting(1.5, [waiting("w", arrival=1.0)], running=8)
+    queue = [waiting(f"w{i}", arrival=1.0) for i in range(SHED.max_prefills_per_step * 10)]
+    g.check_arrival(1.0, waiting("late", arrival=1.0), [], queue)
     taken = g.take_decisions()
-    assert taken[overload.ACCEPTED] == 1 and taken[overload.SHED_WAITING] == 1
+    assert taken == {overload.ACCEPTED: 1, overload.REFUSED_FIRST_AUDIO: 1}
     assert not g.take_decisions()

@@ -33,7 +33,7 @@ from vllm.v1.request import Request, RequestStatus
 from vllm_voxserve.compat import route_mode_rpc_through_scheduler
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.scheduler.admission import first_fit, within_stream_limit
-from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
+from vllm_voxserve.scheduler.overload import SHED_WAITING, OverloadGuard, Rejection
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.report import LaneBacklog, RequestProgress, StepReport
 from vllm_voxserve.scheduler.serving_mode import handle_mode_call
@@ -144,7 +144,9 @@ class SpeechPolicyMixin:
         def moved(item):
             return dataclasses.replace(item, arrival_time=item.arrival_time + shift)
 
-        return guard.check_arrival(now, moved(waiting), [moved(s) for s in streams], [moved(w) for w in held])
+        rejection = guard.check_arrival(now, moved(waiting), [moved(s) for s in streams], [moved(w) for w in held])
+        self.planner.overload.decisions.update(guard.decisions)
+        return rejection
 
     def _slo_s(self, request: Request) -> float:
         job = ((request.sampling_params.extra_args if request.sampling_params else None) or {}).get(JOB_KEY) or {}
@@ -193,6 +195,7 @@ class SpeechPolicyMixin:
         if self._busy():
             for rejection in plan.reject:
                 self.to_reject[rejection.request_id] = rejection
+            self.planner.overload.decisions[SHED_WAITING] += len(plan.reject)
         elif plan.reject:  # idle: the planner shed requests it would otherwise admit at once
             plan.admit = [w.request_id for w in first_fit(list(self.held.values()), math.inf, self.planner.costs,
                                                           self.speech_policy)]
@@ -254,7 +257,24 @@ class SpeechPolicyMixin:
         finally:
             self.host_times.add("update", time.perf_counter() - started)
             self.host_times.add_gauge("admitted streams", len(self.streams))
+            self._log_admission()
             self.host_times.end_step()
+
+    def _log_admission(self) -> None:
+        """What admission decided and on what estimates, into the periodic line: a run that drifts says why."""
+        if self.stock:
+            return
+        guard = self.planner.overload
+        for reason, n in guard.take_decisions().items():
+            self.host_times.add_tally(f"admission {reason}", n)
+        estimate = guard.capacity.estimate()
+        self.host_times.add_gauge("capacity backbone frames/s", round(estimate.backbone_frames_per_s))
+        self.host_times.add_gauge("capacity codec frames/s", round(estimate.codec_frames_per_s))
+        self.host_times.add_gauge("step overhead ms", round(estimate.overhead_s * 1e3, 2))
+        shares = guard.demand_shares()
+        if shares is not None:
+            self.host_times.add_gauge("demand % of backbone", round(100 * shares[0]))
+            self.host_times.add_gauge("demand % of codec", round(100 * shares[1]))
 
     def _update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)

@@ -200,8 +200,21 @@ class OverloadGuard:
             if ready_at > chunk_deadline(self.schedule, 0, request.arrival_time, self.cfg.ttfa_target_s, None):
                 reason = f"could not start audio within {self.cfg.ttfa_target_s * 1000:.0f} ms under current load"
                 doomed.append(Rejection(request.request_id, self.cfg.min_retry_after_s, reason))
-        self.decisions[SHED_WAITING] += len(doomed)
-        return doomed
+        return doomed  # counted by the caller, which may still admit them (an idle server sheds nothing)
+
+    def demand_shares(self) -> tuple[float, float] | None:
+        """(backbone, codec): the largest share, over the horizons, of each lane's frame rate that the last counted
+        demand needs (admission refuses past `capacity_headroom`); None before any arrival was checked."""
+        if self._demand is None:
+            return None
+        estimate = self.capacity.estimate()
+        horizons = self.cfg.demand_horizons_s
+
+        def share(demand: list[int], frames_per_s: float) -> float:
+            return max(d / (frames_per_s * h) for d, h in zip(demand, horizons))
+
+        return (share(self._demand.backbone, estimate.backbone_frames_per_s),
+                share(self._demand.codec, estimate.codec_frames_per_s))
 
     def take_decisions(self) -> Counter[str]:
         """The counts since the last call (for a periodic log line)."""
