@@ -8,7 +8,9 @@ from vllm_voxserve.serving_defaults import (
 def test_the_h200_gets_its_best_measured_sizes():
     d = derive_serving_defaults("cuda", 132, 141 * 10**9, 2_000_000_000)
     assert (d.max_num_seqs, d.max_decode_batch, d.max_codec_slots) == (384, 384, 512)
-    assert "132 SMs" in d.describe()
+    assert d.cost_seed == "h200" and "132 SMs" in d.describe()
+    assert derive_serving_defaults("cuda", 132, 80 * GiB).cost_seed == "paper_h100"  # an H100: the paper's seed
+    assert derive_serving_defaults("cuda", None, None).cost_seed == "paper_h100"
 
 
 @pytest.mark.parametrize("sms", [None, 120, 148])

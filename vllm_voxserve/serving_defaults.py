@@ -19,6 +19,7 @@ GiB = 1 << 30
 ANCHOR_SMS = 132  # the H200's, where ANCHOR_ROWS were measured
 ANCHOR_ROWS = 384
 FULL_SIZE_MIN_SMS = 120  # from here on a GPU gets the anchor's rows (not measured beyond them)
+H200_SEED_MIN_BYTES = 100 * (1 << 30)  # with FULL_SIZE_MIN_SMS: an H200-class GPU, whose measured costs seed the model
 MIN_GPU_ROWS = 32
 ROW_QUANTUM = 32  # rows come in multiples of this (the backbone's graph sizes step by 8 and 16 there)
 CPU_ROWS = 128  # vLLM's own CPU default for an API server
@@ -39,10 +40,11 @@ class ServingDefaults:
     max_decode_batch: int  # voxserve.scheduler.max_decode_batch
     max_codec_slots: int  # voxserve.max_codec_slots
     why: str  # one line for the start-up log
+    cost_seed: str = "paper_h100"  # voxserve.scheduler.cost_seed
 
     def describe(self) -> str:
         return (f"max_num_seqs {self.max_num_seqs}, scheduler.max_decode_batch {self.max_decode_batch}, "
-                f"max_codec_slots {self.max_codec_slots} ({self.why})")
+                f"max_codec_slots {self.max_codec_slots}, scheduler.cost_seed {self.cost_seed} ({self.why})")
 
 
 def _round_down(value: float, quantum: int) -> int:
@@ -78,7 +80,9 @@ def derive_serving_defaults(
                            "of weights")
         else:
             reasons.append(f"{memory_bytes / GiB:.0f} GiB")
-    return ServingDefaults(rows, rows, slots_for(rows), "GPU, " + ", ".join(reasons))
+    large = (sm_count or 0) >= FULL_SIZE_MIN_SMS and (memory_bytes or 0) >= H200_SEED_MIN_BYTES
+    return ServingDefaults(rows, rows, slots_for(rows), "GPU, " + ", ".join(reasons),
+                           "h200" if large else "paper_h100")
 
 
 def cores_per_sm(major: int, minor: int) -> int | None:

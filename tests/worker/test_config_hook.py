@@ -38,6 +38,7 @@ def test_vllm_default_cap_becomes_the_derived_one(monkeypatch, max_num_seqs):
     assert config.scheduler_config.max_num_seqs == 384
     assert config.additional_config["voxserve"]["max_codec_slots"] == 512
     assert config.additional_config["voxserve"]["scheduler"]["max_decode_batch"] == 384
+    assert config.additional_config["voxserve"]["scheduler"]["cost_seed"] == "h200"
 
 
 def test_a_smaller_gpu_gets_smaller_sizes(monkeypatch):
@@ -52,9 +53,11 @@ def test_a_smaller_gpu_gets_smaller_sizes(monkeypatch):
 
 def test_explicit_settings_win(monkeypatch):
     _on(monkeypatch, "cuda", 132, 141 * 10**9)
-    config = _vllm_config(300, {"max_codec_slots": 320, "scheduler": {"max_decode_batch": 200}})
+    config = _vllm_config(300, {"max_codec_slots": 320,
+                                "scheduler": {"max_decode_batch": 200, "cost_seed": "paper_h100"}})
     VoxServeConfigHook.verify_and_update_config(config)
     assert config.scheduler_config.max_num_seqs == 300
+    assert config.additional_config["voxserve"]["scheduler"]["cost_seed"] == "paper_h100"
     assert config.additional_config["voxserve"]["max_codec_slots"] == 320
     assert config.additional_config["voxserve"]["scheduler"]["max_decode_batch"] == 200
 

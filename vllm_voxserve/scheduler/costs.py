@@ -88,7 +88,14 @@ def h200_seed() -> CostSeed:
     )
 
 
-COST_SEEDS = {"paper_h100": paper_h100_seed, "h200": lambda codec_sms=64: h200_seed()}
+def seed_named(name: str, codec_sms: int) -> CostSeed:
+    """The seed of `SchedulerPolicyConfig.cost_seed`: "paper_h100" (its codec line scaled to `codec_sms`) or "h200"
+    (measured with 64 codec SMs)."""
+    if name == "h200":
+        return h200_seed()
+    if name == "paper_h100":
+        return paper_h100_seed(codec_sms)
+    raise ValueError(f"unknown cost seed {name!r}")
 
 
 class CostModel:

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from vllm_voxserve.scheduler.admission import PrefillAdmission
 from vllm_voxserve.scheduler.background_batching import background_batch
-from vllm_voxserve.scheduler.costs import CostModel
+from vllm_voxserve.scheduler.costs import CostModel, seed_named
 from vllm_voxserve.scheduler.decode_order import decode_order
 from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
@@ -42,7 +42,7 @@ class StepPlan:
 class Planner:
     def __init__(self, cfg: SchedulerPolicyConfig | None = None, costs: CostModel | None = None) -> None:
         self.cfg = cfg or SchedulerPolicyConfig()
-        self.costs = costs or CostModel()
+        self.costs = costs or CostModel(seed_named(self.cfg.cost_seed, self.cfg.codec_sms))
         self.admission = PrefillAdmission(self.cfg, self.costs)
         self.overload = OverloadGuard(self.cfg, self.costs)
         self._last_lm_step_at: float | None = None  # when the last plan that started an LM step was made

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 ADMISSION_MODES = ("deadline_aware", "prefill_first")
 FORCED_ADMISSIONS = ("pack", "oldest")
 OVERLOAD_MODES = ("off", "reject")
+COST_SEEDS = ("paper_h100", "h200")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,10 @@ class SchedulerPolicyConfig:
     demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
     min_retry_after_s: float = 1.0
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
+    # The cost model's seed, whose shape measured costs scale (costs.py): "paper_h100" (the paper's H100), "h200"
+    # (session 17's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's capacity is
+    # extrapolated along it to full batches before they are measured.
+    cost_seed: str = "paper_h100"
     # SM split (LM lane SMs / background codec lane SMs); urgent and prefill work use the whole GPU
     lm_sms: int = 100
     codec_sms: int = 32
@@ -92,6 +97,8 @@ class SchedulerPolicyConfig:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.forced_admission not in FORCED_ADMISSIONS:
             raise ValueError(f"forced_admission must be one of {FORCED_ADMISSIONS}, got {self.forced_admission!r}")
+        if self.cost_seed not in COST_SEEDS:
+            raise ValueError(f"cost_seed must be one of {COST_SEEDS}, got {self.cost_seed!r}")
         if self.overload_mode not in OVERLOAD_MODES:
             raise ValueError(f"overload_mode must be one of {OVERLOAD_MODES}, got {self.overload_mode!r}")
 

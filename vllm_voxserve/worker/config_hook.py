@@ -82,6 +82,9 @@ def _apply_serving_defaults(vllm_config, platform) -> VoxServeConfig:
     if "max_decode_batch" not in policy:
         policy["max_decode_batch"] = derived.max_decode_batch
         applied.append(f"scheduler.max_decode_batch {derived.max_decode_batch}")
+    if "cost_seed" not in policy:
+        policy["cost_seed"] = derived.cost_seed
+        applied.append(f"scheduler.cost_seed {derived.cost_seed}")
     raw["scheduler"] = policy
     additional[ADDITIONAL_CONFIG_KEY] = raw
     config = VoxServeConfig.from_additional_config(additional)
