@@ -91,3 +91,25 @@ def test_steps_with_prefills_get_whole_graphs_on_gpu_unless_the_user_chose(monke
     VoxServeConfigHook.verify_and_update_config(chosen)
     assert chosen.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
     assert chosen.compilation_config.max_cudagraph_capture_size is None
+
+
+def test_device_facts_come_from_nvml_without_cuda(monkeypatch):
+    """SMs from NVML's core count (NVML has no SM count) and the capability's cores per SM; memory from vLLM."""
+    import vllm.utils.import_utils as import_utils
+
+    from vllm_voxserve.worker.config_hook import _device_facts
+
+    calls = []
+    nvml = types.SimpleNamespace(nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("down"),
+                                 nvmlDeviceGetHandleByIndex=lambda index: ("gpu", index),
+                                 nvmlDeviceGetNumGpuCores=lambda handle: 16896 if handle == ("gpu", 3) else 0)
+    monkeypatch.setattr(import_utils, "import_pynvml", lambda: nvml)
+    h200 = types.SimpleNamespace(is_cpu=lambda: False, is_cuda=lambda: True,
+                                 get_device_total_memory=lambda: 150_000_000_000,
+                                 get_device_capability=lambda: types.SimpleNamespace(major=9, minor=0),
+                                 device_id_to_physical_device_id=lambda device: 3)
+    assert _device_facts(h200) == ("cuda", 132, 150_000_000_000)
+    assert calls == ["init", "down"]
+    broken = types.SimpleNamespace(**{**vars(h200), "get_device_total_memory": lambda: 1 / 0})
+    monkeypatch.setattr(import_utils, "import_pynvml", lambda: 1 / 0)
+    assert _device_facts(broken) == ("cuda", None, None)  # unknown facts, no crash: the defaults assume a large GPU
