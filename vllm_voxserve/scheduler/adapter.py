@@ -87,6 +87,10 @@ class SpeechPolicyMixin:
         self.configured_admission_mode = self.speech_policy.admission_mode  # what a plain codec mode name runs
         self.chunk_schedule = schedule_of(self.speech_policy)  # once, not per stream and step
         self.streams: dict[str, StreamState] = {}  # admitted speech requests
+        # Requests vLLM has finished whose audio the worker still decodes (its last report named them): admission
+        # counts their codec work. Most of a request's codec work comes after its generation ends (the backbone
+        # makes frames several times faster than they play).
+        self.draining: dict[str, StreamState] = {}
         self.held: dict[str, WaitingRequest] = {}  # speech requests not yet admitted, in arrival order
         self.to_reject: dict[str, Rejection] = {}  # to finish at the next schedule()
         self.rejected: list[tuple[Request, Rejection]] = []  # finished, output not yet sent
@@ -111,6 +115,7 @@ class SpeechPolicyMixin:
             self.speech_policy = self.planner.cfg
         self.stock = stock
         self.streams.clear()
+        self.draining.clear()
         self.audio_streams.clear()
         self.held.clear()
 
@@ -132,7 +137,7 @@ class SpeechPolicyMixin:
             self.held[request.request_id] = waiting
 
     def _check_arrival(self, now: float, waiting: WaitingRequest, request: Request) -> Rejection | None:
-        streams, held = list(self.streams.values()), list(self.held.values())
+        streams, held = [*self.streams.values(), *self.draining.values()], list(self.held.values())
         slo_s = self._slo_s(request)
         if slo_s == self.speech_policy.ttfa_target_s:
             return self.planner.on_arrival(now, waiting, streams, held)
@@ -207,6 +212,7 @@ class SpeechPolicyMixin:
             # server hung so with all 256 codec slots counted). Only requests vLLM still holds can keep a slot.
             self.audio_streams = {r for r in self.audio_streams
                                   if r in self.requests and not self.requests[r].is_finished()}
+            self.draining.clear()  # likewise: their audio is out before the next step
         open_streams = len(self.audio_streams.union(self.streams))
         plan.admit = within_stream_limit(plan.admit, open_streams, self.max_audio_streams)
         for request_id in plan.admit:
@@ -284,6 +290,7 @@ class SpeechPolicyMixin:
         if report is not None:
             self.planner.observe(report)
             self.audio_streams = {p.request_id for p in report.progress}
+            self._update_draining(report)
         reported = {p.request_id: p for p in report.progress} if report is not None else {}
         now = self.clock()
         for request_id, stream in self.streams.items():
@@ -315,7 +322,19 @@ class SpeechPolicyMixin:
     def _forget_finished(self) -> None:
         for table in (self.streams, self.held):
             for request_id in [r for r in table if r not in self.requests or self.requests[r].is_finished()]:
-                del table[request_id]
+                stream = table.pop(request_id)
+                if table is self.streams and request_id in self.audio_streams:
+                    stream.generation_done = True
+                    self.draining[request_id] = stream
+
+    def _update_draining(self, report: StepReport) -> None:
+        """Finished requests' audio progress from the worker's report; gone from it, their audio is out."""
+        reported = {p.request_id: p for p in report.progress}
+        for request_id in [r for r in self.draining if r not in reported]:
+            del self.draining[request_id]
+        for request_id, stream in self.draining.items():
+            stream.apply(reported[request_id])
+            stream.generation_done = True
 
 
 class SpeechScheduler(SpeechPolicyMixin, Scheduler):
