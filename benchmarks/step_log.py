@@ -6,7 +6,8 @@ rates: steps, mean decode batch, the backbone's frames per second, decode and pr
 (p50), the step interval (p50/p90), the device's idle gap before a step (p50/p90: the host time it waited for), our
 host time (p50 of the total), each codec lane's busy share and mean batch, the gauges (open audio streams, chunks
 waiting for a lane: p50/max), and the worker's part of the time to first audio of the requests that heard it in the
-window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms).
+window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms). The scheduler's lines get their own table:
+its host time, admitted streams, admission's capacity estimates and demand shares, and its decisions by reason.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from pathlib import Path
 _LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve (step|scheduler) host time over (\d+) steps \(ms, p50/p90/p99\): (.*)$")
 _THREADS = re.compile(r"(\d\d:\d\d:\d\d).*voxserve threads, share of a CPU: (.*)$")
 _GC = re.compile(r"(\d\d:\d\d:\d\d).*voxserve gc collections: (.*)$")
-_SPREAD = re.compile(r"^(?P<name>[a-z_ ]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
+_SPREAD = re.compile(r"^(?P<name>[a-z_ /%]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
+_TALLY = re.compile(r"^admission (?P<reason>[a-z: ]+) (?P<n>\d+)$")  # the scheduler's admission decisions
 _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
            "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",
-           "admitted streams")
+           "admitted streams", "capacity backbone frames/s", "capacity codec frames/s", "step overhead ms",
+           "demand % of backbone", "demand % of codec")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
                    r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 
@@ -46,6 +49,10 @@ def parse_line(text: str) -> dict | None:
         if lane:
             row[f"{lane['lane']}_busy"] = int(lane["busy"]) / 100
             row[f"{lane['lane']}_batch"] = float(lane["mean"])
+            continue
+        tally = _TALLY.match(segment)
+        if tally:
+            row.setdefault("admission", {})[tally["reason"]] = int(tally["n"])
             continue
         spread = _SPREAD.match(segment)
         if spread is None:
@@ -108,11 +115,17 @@ def format_table(rows: list[dict]) -> str:
                      f"{_cell(r, 'total', digits=2):>4}  {lanes}  {gauges}  "
                      f"{_cell(r, 'lanes pump us', digits=0)}/{_cell(r, 'lanes pump us', 'p99', digits=0)}")
     if scheduler:  # the policy's own host time a step (schedule + update), in the same engine-core thread
-        lines += ["", "time      steps  scheduler host ms p50/p90 (schedule, update, total)  admitted streams"]
+        lines += ["", "time      steps  scheduler host ms p50/p90 (schedule, update, total)  admitted streams  "
+                      "capacity frames/s backbone/codec  demand % backbone/codec max  admission decisions"]
         for r in scheduler:
             parts = "  ".join(f"{_cell(r, n, digits=3)}/{_cell(r, n, 'p90', digits=3)}"
                               for n in ("schedule", "update", "total"))
-            lines.append(f"{r['time']}  {r['steps']:5d}  {parts}  {_cell(r, 'admitted streams', digits=0)}")
+            decisions = ", ".join(f"{reason} {n}" for reason, n in r.get("admission", {}).items()) or "-"
+            lines.append(f"{r['time']}  {r['steps']:5d}  {parts}  {_cell(r, 'admitted streams', digits=0):>16}  "
+                         f"{_cell(r, 'capacity backbone frames/s', digits=0):>15}/"
+                         f"{_cell(r, 'capacity codec frames/s', digits=0):<16}  "
+                         f"{_cell(r, 'demand % of backbone', 'max', digits=0):>13}/"
+                         f"{_cell(r, 'demand % of codec', 'max', digits=0):<13}  {decisions}")
     threads = [r for r in rows if r.get("source") == "threads"]
     if threads:  # who else took the CPU in the worker's process (GIL contenders of the step loop)
         lines += ["", "time      busy threads of the worker's process (share of one CPU)"]

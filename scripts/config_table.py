@@ -174,10 +174,17 @@ def check(readme: Path, expected: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", metavar="README", type=Path, help="compare README's table with the code")
+    parser.add_argument("--write", metavar="README", type=Path, help="replace README's table with the code's")
     args = parser.parse_args(argv)
     expected = config_table()
     if args.check:
         return check(args.check, expected)
+    if args.write:
+        text = args.write.read_text()
+        embedded_table(text)  # raises where the markers are missing
+        head, rest = text.split(START, 1)
+        args.write.write_text(f"{head}{START}\n{expected}{END}{rest.split(END, 1)[1]}")
+        return 0
     sys.stdout.write(expected)
     return 0
 

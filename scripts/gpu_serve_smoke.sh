@@ -25,7 +25,8 @@ if curl -sf "http://127.0.0.1:$port/health" > /dev/null; then
 else
   # setsid: with KEEP_SERVER=1 the server outlives this script (a later call on the same warm host reuses it)
   setsid python3 -m vllm.entrypoints.cli.main serve "$ckpt" "${plugin[@]}" --port "$port" --served-model-name qwen3-tts \
-    --max-model-len 4096 --max-num-seqs ${MAX_NUM_SEQS:-256} --gpu-memory-utilization 0.85 ${SERVE_ARGS:-} > "$out/serve.log" 2>&1 &
+    --max-model-len 4096 ${MAX_NUM_SEQS:+--max-num-seqs $MAX_NUM_SEQS} --gpu-memory-utilization 0.85 ${SERVE_ARGS:-} \
+    > "$out/serve.log" 2>&1 &  # no --max-num-seqs unless MAX_NUM_SEQS: the plugin derives it from the GPU
   pid=$!; echo $pid > "$out/server.pid"  # setsid: its process group id too
   [ -n "${KEEP_SERVER:-}" ] || trap 'kill -- -$pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
 fi

@@ -160,8 +160,9 @@ class VoxServeConfig:
     ttfa_slo_ms: float = 200.0
     codec_mode: CodecMode = CodecMode.AUTO
     # Codec state slots (requests whose codec state lives on the device at once): the running streams plus those
-    # whose last chunks are still decoding; 384 beside a running cap of 256, as the H200 served 80 req/s (session 10).
-    max_codec_slots: int = 384
+    # whose last chunks are still decoding. The config hook derives the served number from the GPU
+    # (serving_defaults.py); 512 beside 384 decode rows is what the H200 served 120 req/s with (session 17).
+    max_codec_slots: int = 512
     # Largest number of chunks decoded in one codec batch.
     max_codec_batch: int = 16
     # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental

@@ -1,7 +1,9 @@
 """python -m benchmarks.simulation: sweep the simulated server, print one summary line, write JSON.
 
-Example (the paper's protocol: 60 s per rate, three seeds):
+Examples (the paper's protocol: 60 s per rate, three seeds):
     python -m benchmarks.simulation --rates 30:84:6 --window 60 --seeds 0,1,2 --out sim.json
+    python -m benchmarks.simulation --gpu h200 --modes deadline_aware_ours,deadline_aware_shed \
+        --reference deadline_aware_ours --rates 120:200:10 --overload-factors 1.5,2 --out h200.json
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.simulation.sweep import MODES, parse_rates, study
-from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+from benchmarks.simulation.sweep import GPUS, MODES, parse_rates, study
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,26 +22,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="30:84:6", help='req/s: "start:stop:step" or "a,b,c"')
     parser.add_argument("--window", type=float, default=60.0, help="arrival window per rate and seed, seconds")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds, pooled per rate")
-    parser.add_argument("--overload-factor", type=float, default=1.5)
+    parser.add_argument("--overload-factors", default="1.5", help="comma-separated multiples of the capacity")
+    parser.add_argument("--reference", default="deadline_aware", help="the mode whose capacity the factors scale")
+    parser.add_argument("--gpu", default="paper_h100", choices=sorted(GPUS),
+                        help="simulated GPU: its cost seed and the policy sizes it was served with")
     parser.add_argument("--config", default="{}", help="JSON overrides of SchedulerPolicyConfig")
     parser.add_argument("--out", type=Path, default=Path("simulation.json"))
     args = parser.parse_args(argv)
 
-    base = SchedulerPolicyConfig.from_dict(json.loads(args.config))
+    policy, gpu = GPUS[args.gpu]
+    overrides = json.loads(args.config)
+    if "demand_horizons_s" in overrides:
+        overrides["demand_horizons_s"] = tuple(overrides["demand_horizons_s"])
+    base = policy.replace(**overrides)
     modes = [m for m in args.modes.split(",") if m]
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    summary = study(modes, parse_rates(args.rates), args.window, seeds, args.overload_factor, base=base)
+    factors = [float(f) for f in args.overload_factors.split(",") if f]
+    summary = study(modes, parse_rates(args.rates), args.window, seeds, factors, args.reference, base, gpu)
     args.out.write_text(json.dumps(summary, indent=1))
 
     capacity = " ".join(f"{m}={c:g}" for m, c in summary["capacity_90"].items())
-    overload = " ".join(
-        f"{m}={o['result']['goodput']:.1f}req/s({100 * o['goodput_share_of_peak']:.0f}%)"
-        for m, o in summary["overload"].items()
-    )
-    print(
-        f"SLO capacity@90% (req/s): {capacity} | goodput at {summary['overload_rate']:g} req/s "
-        f"({args.overload_factor:g}x, % of own peak): {overload} | json: {args.out}"
-    )
+    print(f"SLO capacity@90% (req/s): {capacity}; reference {args.reference} {summary['reference_capacity']:g}")
+    for factor, at_factor in summary["overload"].items():
+        overload = " ".join(
+            f"{m}={o['result']['goodput']:.1f}req/s({100 * o['goodput_share_of_capacity']:.0f}% of capacity, "
+            f"p99 TTFA {o['result']['ttfa_p99_ms'] or 0:.0f} ms)"
+            for m, o in at_factor.items() if m != "rate"
+        )
+        print(f"goodput at {at_factor['rate']:g} req/s ({factor}x): {overload}")
+    print(f"json: {args.out}")
     return 0
 
 

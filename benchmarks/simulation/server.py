@@ -3,11 +3,14 @@
 - LM lane: one step = the admitted prefills (packed, whole GPU), then one decode step of the chosen requests (LM
   partition). A prefill yields the request's first frame; each decode step one more frame per chosen request.
 - Urgent lane: whole GPU at high priority; its batches also slow the LM step in flight by `urgent_interference` of
-  their duration (assumed: the paper only says the urgent lane runs "beside" the others).
+  their duration (assumed: the paper only says the urgent lane runs "beside" the others), and the next background
+  batch by `urgent_codec_interference` of it.
 - Background lane: the codec partition beside the backbone; it does not slow the LM (the LM's seed cost is already
   measured on its partition, paper §2.3 O1).
 - Costs come from a `CostSeed` (`paper_h100_seed`: its docstring states the sources and the assumptions) with 5%
   log-normal jitter; the planner sees only the durations the "GPU" took, as cost samples in a `StepReport`.
+- `host_overhead_s` adds host time to every LM step that the cost samples do not carry (on a GPU the planner learns
+  device times; the host gap shows only in the step interval).
 - Not modelled: HTTP and transport latency (audio counts as delivered when its codec batch ends), the prefill's
   effect on the background lane, KV-cache limits.
 """
@@ -23,6 +26,7 @@ from typing import Sequence
 from benchmarks.simulation.slo import RequestOutcome
 from benchmarks.simulation.workload import SimRequest
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, paper_h100_seed
+from vllm_voxserve.scheduler.overload import SHED_WAITING
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.report import CostSample, LaneBacklog, StepReport
@@ -35,6 +39,12 @@ class GpuModel:
     seed: CostSeed = field(default_factory=paper_h100_seed)
     jitter: float = 0.05  # sd of log(actual / seed) per execution
     urgent_interference: float = 0.5
+    # the same for the background codec lane: the urgent lane's whole-GPU kernels go first on the codec partition's
+    # SMs too (assumed: the share is not measured)
+    urgent_codec_interference: float = 0.0
+    # host time between two LM steps (scheduling, input preparation, output processing) that no device timer sees:
+    # it lengthens the step interval but not the decode cost samples
+    host_overhead_s: float = 0.0
 
 
 @dataclass(order=True, slots=True)
@@ -61,6 +71,7 @@ class SimulatedServer:
         self.lanes = LaneBacklog()
         self.lm_busy = False
         self.lm_debt_s = 0.0
+        self.background_debt_s = 0.0
         self.prefill_deferrals = 0
         self.pending_wake: float | None = None
         self.samples: list[CostSample] = []
@@ -141,6 +152,7 @@ class SimulatedServer:
         self.samples = []
         plan = self.planner.plan_step(now, list(self.streams.values()), self.waiting, self.lanes, not self.lm_busy)
         rejected = {r.request_id for r in plan.reject}
+        self.planner.overload.decisions[SHED_WAITING] += len(rejected)
         for request_id in rejected:
             self.outcomes[request_id].rejected = True
         if plan.admit or rejected:
@@ -170,6 +182,11 @@ class SimulatedServer:
         seconds = self._run_cost(kind, len(batch))
         if kind == "urgent_codec" and self.lm_busy:
             self.lm_debt_s += self.gpu.urgent_interference * seconds
+        if kind == "urgent_codec" and self.lanes.background_busy:
+            self.background_debt_s += self.gpu.urgent_codec_interference * seconds
+        if kind == "background_codec":
+            seconds += self.background_debt_s
+            self.background_debt_s = 0.0
         self._push(now + seconds, done, batch)
 
     def _launch_lm(self, now: float, admit: list[str], decode: list[str]) -> None:
@@ -180,7 +197,7 @@ class SimulatedServer:
             seconds += self._run_cost("decode", len(decode))
         if seconds == 0.0:
             return
-        seconds += self.lm_debt_s
+        seconds += self.lm_debt_s + self.gpu.host_overhead_s
         self.lm_debt_s = 0.0
         self.lm_busy = True
         self._push(now + seconds, "lm_done", (list(admit), list(decode)))

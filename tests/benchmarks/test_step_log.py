@@ -48,6 +48,24 @@ def test_the_schedulers_window_gets_its_own_table():
     assert len(table) == 4 and table[-1].startswith("01:10:00      2  0.200/0.200  0.300/0.300  0.500/0.500")
 
 
+def test_the_schedulers_admission_estimates_and_decisions_are_parsed():
+    lines = []
+    timer = StepHostTimes(every=2, report=lines.append, title="voxserve scheduler host time")
+    for codec in (14000, 13000):
+        timer.add("schedule", 0.0002)
+        timer.add_gauge("capacity backbone frames/s", 21000)
+        timer.add_gauge("capacity codec frames/s", codec)
+        timer.add_gauge("demand % of codec", 85)
+        timer.add_tally("admission accepted", 7)
+        timer.add_tally("admission refused: codec frames", 2)
+        timer.end_step()
+    row = parse_line(f"(EngineCore pid=1) INFO 12-01 01:10:00 [step_timing.py:105] {lines[0]}")
+    assert row["capacity codec frames/s"]["max"] == 14000 and row["demand % of codec"]["p50"] == 85
+    assert row["admission"] == {"accepted": 14, "refused: codec frames": 4}
+    last = format_table([row]).splitlines()[-1]
+    assert "21000/" in last and "accepted 14, refused: codec frames 4" in last
+
+
 def test_other_log_lines_are_not_rows():
     assert parse_line("(APIServer pid=871) INFO 11-30 17:04:50 [loggers.py:310] Engine 000: Running: 97 reqs") is None
 

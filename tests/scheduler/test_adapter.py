@@ -312,6 +312,23 @@ def test_a_request_waits_while_every_codec_slot_holds_an_open_audio_stream():
     assert step(scheduler, clock)[1] == {"c"}
 
 
+def test_finished_requests_whose_audio_still_decodes_count_for_admission_until_the_worker_ends_them():
+    scheduler, clock = build({"admission_mode": "prefill_first"})
+    scheduler.add_request(speech_request("a", clock, max_tokens=3))
+    scheduler.add_request(speech_request("b", clock, max_tokens=100))
+    both = StepReport(clock.t, [RequestProgress("a", 2, False, 0, 0.0), RequestProgress("b", 2, False, 0, 0.0)])
+    while "a" in scheduler.requests:
+        step(scheduler, clock, both)
+    # vLLM is done with a; the worker reports it open (its last chunk not decoded): admission still sees it
+    assert set(scheduler.draining) == {"a"} and scheduler.draining["a"].generation_done
+    seen = []
+    scheduler.planner.on_arrival = lambda now, request, streams, waiting: seen.append({s.request_id for s in streams})
+    scheduler.add_request(speech_request("c", clock))
+    assert seen == [{"a", "b"}]
+    step(scheduler, clock, StepReport(clock.t, [RequestProgress("b", 5, False, 0, 0.0)]))  # a's audio ended
+    assert scheduler.draining == {}
+
+
 def test_with_nothing_generating_the_last_reports_streams_do_not_hold_arrivals():
     """No step runs while nothing generates, so no report says the worker's streams ended (its lanes drain them
     before its next forward): the stale count must not hold a new request for good."""
@@ -339,3 +356,18 @@ def test_the_policys_host_time_is_logged_each_window_in_either_mode(stock):
     assert len(lines) == 1 and lines[0].startswith("voxserve scheduler host time over 3 steps")
     assert "schedule " in lines[0] and "update " in lines[0]
     assert ("admitted streams 1/1/1" in lines[0]) == (not stock)  # the policy admits nothing in stock mode
+    # with the policy, what admission decided and its capacity estimates in frames/s per lane
+    assert ("capacity backbone frames/s" in lines[0] and "capacity codec frames/s" in lines[0]) == (not stock)
+
+
+def test_admission_decisions_reach_the_log_line():
+    scheduler, clock = build({"overload_mode": "reject"})
+    lines = []
+    scheduler.host_times = StepHostTimes(every=4, report=lines.append, title="voxserve scheduler host time")
+    scheduler.add_request(speech_request("a", clock))  # an idle server takes it unchecked
+    step(scheduler, clock)
+    scheduler.add_request(speech_request("b", clock))  # checked: the server is busy
+    for _ in range(3):
+        step(scheduler, clock)
+    # b's first chunk cannot come within T at these step costs (ten steps of STEP_S): refused at arrival, counted
+    assert "admission refused: first audio late 1" in lines[0] and "demand % of codec" in lines[0]

@@ -52,3 +52,14 @@ def test_a_prefill_is_charged_what_it_adds_to_the_decode_step_it_rides_in():
     assert costs.prefill_s(100) == pytest.approx(0.015)
     with pytest.raises(ValueError, match="bad cost sample"):
         CostSample("prefill", 100, 0.01, decode_rows=-1)
+
+
+def test_the_planner_seeds_its_cost_model_as_configured():
+    from vllm_voxserve.scheduler.costs import h200_seed, paper_h100_seed
+    from vllm_voxserve.scheduler.planner import Planner
+    from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+
+    assert Planner(SchedulerPolicyConfig(cost_seed="h200")).costs.seed == h200_seed()
+    assert Planner(SchedulerPolicyConfig(codec_sms=64)).costs.seed == paper_h100_seed(64)
+    with pytest.raises(ValueError, match="cost_seed"):
+        SchedulerPolicyConfig(cost_seed="a100")

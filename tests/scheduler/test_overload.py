@@ -2,6 +2,7 @@ import pytest
 
 from tests.scheduler.steps import stream, waiting
 from vllm_voxserve.scheduler.costs import CostModel
+from vllm_voxserve.scheduler import overload
 from vllm_voxserve.scheduler.overload import OverloadGuard, frames_needed_by
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
@@ -57,7 +58,86 @@ def test_waiting_requests_that_cannot_meet_ttfa_are_shed(waited_s, doomed):
 
 def test_measured_step_interval_lowers_the_capacity_estimate():
     g = guard()
-    before = g.capacity_frames_per_s()
-    g.observe_step_interval(0.05)
-    assert g.capacity_frames_per_s() < before
-    assert g.capacity_frames_per_s() == pytest.approx(SHED.max_decode_batch / 0.05)
+    before = g.capacity.backbone_frames_per_s()
+    rows = 64
+    g.capacity.observe_step(g.costs.decode_step_s(rows) + 0.01, rows)  # 10 ms beyond the decode cost, once
+    assert g.capacity.overhead_s == pytest.approx(0.1 * 0.01)  # smoothed
+    assert g.capacity.backbone_frames_per_s() < before
+    for _ in range(200):
+        g.capacity.observe_step(g.costs.decode_step_s(rows) + 0.01, rows)
+    full = SHED.max_decode_batch
+    assert g.capacity.backbone_frames_per_s() == pytest.approx(full / (g.costs.decode_step_s(full) + 0.01), rel=1e-3)
+
+
+def test_the_step_at_a_full_batch_is_predicted_from_its_cost_not_the_current_interval():
+    # light load: short steps at a small batch; the full batch's step is still the cost line's at full batch
+    g = guard()
+    for _ in range(50):
+        g.capacity.observe_step(g.costs.decode_step_s(8), 8)
+    assert g.capacity.step_s(SHED.max_decode_batch) == pytest.approx(g.costs.decode_step_s(SHED.max_decode_batch))
+
+
+def _codec_bound(cfg=SHED):
+    """A cost model whose background lane makes far fewer frames/s than the backbone."""
+    from vllm_voxserve.scheduler.costs import CostSeed, LinearCost, paper_h100_seed
+
+    seed = paper_h100_seed()
+    slow = CostSeed(seed.decode, seed.prefill, seed.urgent_codec, LinearCost(0.0, 0.02))  # 20 ms a chunk: 500 fr/s
+    return OverloadGuard(cfg, CostModel(slow))
+
+
+def test_codec_lane_bounds_admission_when_it_is_the_slower_lane():
+    # 60 streams a second into playback, first chunk out, their next chunks generated but not decoded
+    streams = [stream(f"r{i}", arrival=0.0, frames=30, delivered=1, first_audio=0.15, expected=100) for i in range(60)]
+    fast, slow = guard(), _codec_bound()
+    assert fast.check_arrival(0.3, waiting("new", arrival=0.3), streams, []) is None
+    rejection = slow.check_arrival(0.3, waiting("new", arrival=0.3), streams, [])
+    assert rejection is not None and "codec" in rejection.reason
+    assert slow.decisions[overload.REFUSED_CODEC] == 1 and fast.decisions[overload.ACCEPTED] == 1
+    estimate = slow.capacity.estimate()
+    assert estimate.bound_by == "codec" and estimate.frames_per_s == estimate.codec_frames_per_s
+
+
+def test_codec_demand_leaves_out_first_chunks_and_decoded_frames():
+    s = ChunkSchedule(first_chunk_frames=5, chunk_frames=10)
+    cfg = SHED.replace(first_chunk_frames=5)
+    g = OverloadGuard(cfg, CostModel())
+    # playing since 1.0, 35 frames generated, chunks 0-1 decoded (frames 0..14): by 1.0 + h the player needs
+    # min(frames played in h rounded up to a chunk, 35 generated ... 100)
+    st = stream("a", arrival=0.9, frames=35, delivered=2, first_audio=1.0, expected=100)
+    demand = g.frame_demand(1.0, [st], [])
+    for i, h in enumerate(cfg.demand_horizons_s):
+        due_codec = overload.frames_due_by(1.0 + h, 100, 0.9, 1.0, s, cfg.ttfa_target_s)
+        assert demand.codec[i] == max(due_codec - s.start_frame(2), 0)
+        due_lm = overload.frames_due_by(1.0 + h + cfg.urgent_margin_s, 100, 0.9, 1.0, s, cfg.ttfa_target_s)
+        assert demand.backbone[i] == max(due_lm - 35, 0)
+    # a new request: its first chunk is the urgent lane's, so the codec lane owes it nothing within T
+    fresh = g.frame_demand(1.0, [], [waiting("w", arrival=1.0)])
+    assert fresh.codec[0] == 0 and fresh.backbone[0] > 0
+
+
+def test_accepted_requests_count_until_the_demand_is_refreshed():
+    cfg = SHED.replace(demand_refresh_s=10.0)
+    g = OverloadGuard(cfg, CostModel())
+    streams = [stream(f"r{i}", arrival=0.0, frames=10, delivered=1, first_audio=0.15, expected=100) for i in range(100)]
+    queued = []  # an accepted request joins the queue, as the planner's caller does
+    while g.check_arrival(0.2, waiting(f"n{len(queued)}", arrival=0.2), streams, queued) is None:
+        queued.append(waiting(f"n{len(queued)}", arrival=0.2))
+        assert len(queued) < 10_000
+    accepted = len(queued)
+    assert accepted > 0
+    # recomputing each time, with the accepted requests queued: the same limit
+    fresh = OverloadGuard(SHED.replace(demand_refresh_s=0.0), CostModel())
+    queued = [waiting(f"n{i}", arrival=0.2) for i in range(accepted)]
+    assert fresh.check_arrival(0.2, waiting("x", arrival=0.2), streams, queued) is not None
+    assert fresh.check_arrival(0.2, waiting("x", arrival=0.2), streams, queued[:-1]) is None
+
+
+def test_decisions_are_counted_and_taken():
+    g = guard()
+    g.check_arrival(1.0, waiting("a", arrival=1.0), [], [])
+    queue = [waiting(f"w{i}", arrival=1.0) for i in range(SHED.max_prefills_per_step * 10)]
+    g.check_arrival(1.0, waiting("late", arrival=1.0), [], queue)
+    taken = g.take_decisions()
+    assert taken == {overload.ACCEPTED: 1, overload.REFUSED_FIRST_AUDIO: 1}
+    assert not g.take_decisions()

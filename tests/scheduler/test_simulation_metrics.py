@@ -37,11 +37,14 @@ def test_rates_and_workload():
     assert requests == poisson_workload(50, 20.0, seed=3, word_counts=[10, 20, 30])  # seeded
 
 
-def test_cli_prints_one_line_and_writes_json(tmp_path, capsys):
+def test_cli_prints_capacity_and_goodput_per_overload_factor_and_writes_json(tmp_path, capsys):
     out = tmp_path / "sim.json"
-    assert main(["--modes", "deadline_aware_shed", "--rates", "8,16", "--window", "3", "--out", str(out)]) == 0
+    assert main(["--modes", "deadline_aware_shed", "--rates", "8,16", "--window", "3", "--overload-factors",
+                 "1.5,2", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 1 and "capacity" in lines[0]
+    assert len(lines) == 4 and "capacity" in lines[0]
+    assert lines[1].startswith("goodput at 24 req/s (1.5x)") and lines[2].startswith("goodput at 32 req/s (2x)")
     data = json.loads(out.read_text())
     assert data["capacity_90"]["deadline_aware_shed"] == 16
+    assert set(data["overload"]) == {"1.5", "2"} and data["overload"]["2"]["rate"] == 32
     assert len(data["results"]["deadline_aware_shed"]) == 2

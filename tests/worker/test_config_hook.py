@@ -17,28 +17,63 @@ def _vllm_config(max_num_seqs, voxserve=None, cudagraph_mode=None):
 
 
 def test_running_requests_are_capped_at_the_codec_slots():
-    config = _vllm_config(1024, {"max_codec_slots": 8})  # vLLM's default on a large GPU
+    config = _vllm_config(300, {"max_codec_slots": 8})  # the user's cap past the user's slots
     VoxServeConfigHook.verify_and_update_config(config)
     assert config.scheduler_config.max_num_seqs == 8
 
 
-@pytest.mark.parametrize("max_num_seqs, voxserve, expected", [
-    (1024, {}, 256),  # vLLM's large-GPU default becomes the default decode batch (384 slots)
-    (1024, {"scheduler": {"max_decode_batch": 512}}, 384),  # never past the slots
-    (300, {}, 300),  # a cap within the slots is the user's
-])
-def test_a_cap_past_the_slots_falls_to_the_decode_batch(max_num_seqs, voxserve, expected):
-    config = _vllm_config(max_num_seqs, voxserve)
+def _on(monkeypatch, kind, sms=None, memory=None, vllm_caps=(256, 1024, 2048)):
+    """Device facts, and the caps vLLM picks by itself there (EngineArgs.get_batch_defaults on that device)."""
+    from vllm_voxserve.worker import config_hook
+
+    monkeypatch.setattr(config_hook, "_device_facts", lambda platform: (kind, sms, memory))
+    monkeypatch.setattr(config_hook, "_vllm_default_caps", lambda vllm_config: set(vllm_caps))
+
+
+@pytest.mark.parametrize("max_num_seqs", [None, 1024, 2048])  # vLLM's defaults on a large GPU (throughput mode)
+def test_vllm_default_cap_becomes_the_derived_one(monkeypatch, max_num_seqs):
+    _on(monkeypatch, "cuda", 132, 141 * 10**9)
+    config = _vllm_config(max_num_seqs)
     VoxServeConfigHook.verify_and_update_config(config)
-    assert config.scheduler_config.max_num_seqs == expected
+    assert config.scheduler_config.max_num_seqs == 384
+    assert config.additional_config["voxserve"]["max_codec_slots"] == 512
+    assert config.additional_config["voxserve"]["scheduler"]["max_decode_batch"] == 384
+    assert config.additional_config["voxserve"]["scheduler"]["cost_seed"] == "h200"
+
+
+def test_a_smaller_gpu_gets_smaller_sizes(monkeypatch):
+    _on(monkeypatch, "cuda", 58, 24 * 10**9)
+    config = _vllm_config(256)  # vLLM's default on a GPU under 70 GiB
+    VoxServeConfigHook.verify_and_update_config(config)
+    rows = config.scheduler_config.max_num_seqs
+    assert 32 <= rows < 384
+    assert config.additional_config["voxserve"]["scheduler"]["max_decode_batch"] == rows
+    assert rows < config.additional_config["voxserve"]["max_codec_slots"] < 512
+
+
+def test_explicit_settings_win(monkeypatch):
+    _on(monkeypatch, "cuda", 132, 141 * 10**9)
+    config = _vllm_config(300, {"max_codec_slots": 320,
+                                "scheduler": {"max_decode_batch": 200, "cost_seed": "paper_h100"}})
+    VoxServeConfigHook.verify_and_update_config(config)
+    assert config.scheduler_config.max_num_seqs == 300
+    assert config.additional_config["voxserve"]["scheduler"]["cost_seed"] == "paper_h100"
+    assert config.additional_config["voxserve"]["max_codec_slots"] == 320
+    assert config.additional_config["voxserve"]["scheduler"]["max_decode_batch"] == 200
+
+
+def test_the_cpu_keeps_small_sizes():
+    config = _vllm_config(128)  # this machine: the real device facts and vLLM's CPU default
+    VoxServeConfigHook.verify_and_update_config(config)
+    assert config.scheduler_config.max_num_seqs == 128
+    assert config.additional_config["voxserve"]["scheduler"]["max_decode_batch"] == 128
 
 
 @pytest.mark.parametrize("max_num_seqs", [None, 256])
-def test_the_hook_picks_our_scheduler_when_the_slots_suffice(max_num_seqs):
+def test_the_hook_picks_our_scheduler(max_num_seqs):
     config = _vllm_config(max_num_seqs)
     VoxServeConfigHook.verify_and_update_config(config)
     assert config.scheduler_config.scheduler_cls == SCHEDULER
-    assert config.scheduler_config.max_num_seqs == max_num_seqs
     assert config.model_config.skip_tokenizer_init and not config.cache_config.enable_prefix_caching
 
 
@@ -56,3 +91,25 @@ def test_steps_with_prefills_get_whole_graphs_on_gpu_unless_the_user_chose(monke
     VoxServeConfigHook.verify_and_update_config(chosen)
     assert chosen.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
     assert chosen.compilation_config.max_cudagraph_capture_size is None
+
+
+def test_device_facts_come_from_nvml_without_cuda(monkeypatch):
+    """SMs from NVML's core count (NVML has no SM count) and the capability's cores per SM; memory from vLLM."""
+    import vllm.utils.import_utils as import_utils
+
+    from vllm_voxserve.worker.config_hook import _device_facts
+
+    calls = []
+    nvml = types.SimpleNamespace(nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("down"),
+                                 nvmlDeviceGetHandleByIndex=lambda index: ("gpu", index),
+                                 nvmlDeviceGetNumGpuCores=lambda handle: 16896 if handle == ("gpu", 3) else 0)
+    monkeypatch.setattr(import_utils, "import_pynvml", lambda: nvml)
+    h200 = types.SimpleNamespace(is_cpu=lambda: False, is_cuda=lambda: True,
+                                 get_device_total_memory=lambda: 150_000_000_000,
+                                 get_device_capability=lambda: types.SimpleNamespace(major=9, minor=0),
+                                 device_id_to_physical_device_id=lambda device: 3)
+    assert _device_facts(h200) == ("cuda", 132, 150_000_000_000)
+    assert calls == ["init", "down"]
+    broken = types.SimpleNamespace(**{**vars(h200), "get_device_total_memory": lambda: 1 / 0})
+    monkeypatch.setattr(import_utils, "import_pynvml", lambda: 1 / 0)
+    assert _device_facts(broken) == ("cuda", None, None)  # unknown facts, no crash: the defaults assume a large GPU

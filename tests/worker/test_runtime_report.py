@@ -145,3 +145,19 @@ def test_a_preempted_request_keeps_its_stream_through_model_runner_v2s_removal_a
     assert ends == {"key-s": "END", "key-t": "END"}
     runtime.finish("r")
     assert {key for key, _, msg in runtime.pipeline.sender.audio if msg == "END"} == {"key-r", "key-s", "key-t"}
+
+
+def test_the_codec_lanes_batch_costs_reach_the_schedulers_report(program):
+    """The engine's scheduler weighs the codec lane's frame rate: its batches' times travel in the step report."""
+    runtime = runtime_with(program, codec_mode="lanes")
+    runtime.pipeline.open("r", "key", "ipc://unused")
+    runtime.prepare_step(StepLayout(("r",), (20,), (0,)))
+    runtime.after_forward()
+    reported = []
+    for position in range(20, 24):  # the fourth frame cuts the first chunk: one urgent batch
+        runtime.prepare_step(StepLayout(("r",), (1,), (position,)))
+        runtime.after_forward()
+        reported += [c for c in runtime.step_report().costs if c.kind.endswith("_codec")]
+    assert len(reported) == 1 and reported[0].kind == "urgent_codec" and reported[0].size == 1
+    assert reported[0].seconds > 0
+    assert not [c for c in runtime.step_report().costs if c.kind.endswith("_codec")]  # taken once

@@ -118,3 +118,20 @@ def test_a_step_with_a_prompt_is_a_prefill_of_its_prompt_tokens_beside_its_decod
     assert _step_kind(StepLayout(("a", "b", "c"), (1, 1, 1), (5, 9, 3))) == ("decode", 3, 0)
     assert _step_kind(StepLayout(("a", "n", "b", "m"), (1, 40, 1, 25), (5, 0, 9, 0))) == ("prefill", 65, 2)
     assert _step_kind(StepLayout(("n",), (40,), (0,))) == ("prefill", 40, 0)
+
+
+def test_tallies_are_totals_of_the_window():
+    lines = []
+    timer = StepHostTimes(every=2, report=lines.append, clock=iter([0.0, 0.01, 0.02, 0.03, 0.04]).__next__)
+    timer.add_tally("admission accepted", 3)
+    timer.add("schedule", 0.001)
+    timer.end_step()
+    timer.add_tally("admission accepted", 2)
+    timer.add_tally("admission refused: codec frames", 1)
+    timer.add("schedule", 0.001)
+    timer.end_step()
+    assert lines[0].endswith("; admission accepted 5; admission refused: codec frames 1")
+    for _ in range(2):
+        timer.add("schedule", 0.001)
+        timer.end_step()
+    assert "admission" not in lines[1]  # a new window starts from zero

@@ -33,7 +33,7 @@ from vllm.v1.request import Request, RequestStatus
 from vllm_voxserve.compat import route_mode_rpc_through_scheduler
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.scheduler.admission import first_fit, within_stream_limit
-from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
+from vllm_voxserve.scheduler.overload import SHED_WAITING, OverloadGuard, Rejection
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.report import LaneBacklog, RequestProgress, StepReport
 from vllm_voxserve.scheduler.serving_mode import handle_mode_call
@@ -87,6 +87,10 @@ class SpeechPolicyMixin:
         self.configured_admission_mode = self.speech_policy.admission_mode  # what a plain codec mode name runs
         self.chunk_schedule = schedule_of(self.speech_policy)  # once, not per stream and step
         self.streams: dict[str, StreamState] = {}  # admitted speech requests
+        # Requests vLLM has finished whose audio the worker still decodes (its last report named them): admission
+        # counts their codec work. Most of a request's codec work comes after its generation ends (the backbone
+        # makes frames several times faster than they play).
+        self.draining: dict[str, StreamState] = {}
         self.held: dict[str, WaitingRequest] = {}  # speech requests not yet admitted, in arrival order
         self.to_reject: dict[str, Rejection] = {}  # to finish at the next schedule()
         self.rejected: list[tuple[Request, Rejection]] = []  # finished, output not yet sent
@@ -111,6 +115,7 @@ class SpeechPolicyMixin:
             self.speech_policy = self.planner.cfg
         self.stock = stock
         self.streams.clear()
+        self.draining.clear()
         self.audio_streams.clear()
         self.held.clear()
 
@@ -132,19 +137,21 @@ class SpeechPolicyMixin:
             self.held[request.request_id] = waiting
 
     def _check_arrival(self, now: float, waiting: WaitingRequest, request: Request) -> Rejection | None:
-        streams, held = list(self.streams.values()), list(self.held.values())
+        streams, held = [*self.streams.values(), *self.draining.values()], list(self.held.values())
         slo_s = self._slo_s(request)
         if slo_s == self.speech_policy.ttfa_target_s:
             return self.planner.on_arrival(now, waiting, streams, held)
         # Its own SLO: judge it with T = its SLO, every arrival moved into that frame (deadlines unchanged).
         shift = self.speech_policy.ttfa_target_s - slo_s
-        guard = OverloadGuard(self.speech_policy.replace(ttfa_target_s=slo_s), self.planner.costs)
-        guard.step_interval_s = self.planner.overload.step_interval_s
+        guard = OverloadGuard(self.speech_policy.replace(ttfa_target_s=slo_s), self.planner.costs,
+                              self.planner.overload.capacity)
 
         def moved(item):
             return dataclasses.replace(item, arrival_time=item.arrival_time + shift)
 
-        return guard.check_arrival(now, moved(waiting), [moved(s) for s in streams], [moved(w) for w in held])
+        rejection = guard.check_arrival(now, moved(waiting), [moved(s) for s in streams], [moved(w) for w in held])
+        self.planner.overload.decisions.update(guard.decisions)
+        return rejection
 
     def _slo_s(self, request: Request) -> float:
         job = ((request.sampling_params.extra_args if request.sampling_params else None) or {}).get(JOB_KEY) or {}
@@ -193,6 +200,7 @@ class SpeechPolicyMixin:
         if self._busy():
             for rejection in plan.reject:
                 self.to_reject[rejection.request_id] = rejection
+            self.planner.overload.decisions[SHED_WAITING] += len(plan.reject)
         elif plan.reject:  # idle: the planner shed requests it would otherwise admit at once
             plan.admit = [w.request_id for w in first_fit(list(self.held.values()), math.inf, self.planner.costs,
                                                           self.speech_policy)]
@@ -204,6 +212,7 @@ class SpeechPolicyMixin:
             # server hung so with all 256 codec slots counted). Only requests vLLM still holds can keep a slot.
             self.audio_streams = {r for r in self.audio_streams
                                   if r in self.requests and not self.requests[r].is_finished()}
+            self.draining.clear()  # likewise: their audio is out before the next step
         open_streams = len(self.audio_streams.union(self.streams))
         plan.admit = within_stream_limit(plan.admit, open_streams, self.max_audio_streams)
         for request_id in plan.admit:
@@ -254,7 +263,24 @@ class SpeechPolicyMixin:
         finally:
             self.host_times.add("update", time.perf_counter() - started)
             self.host_times.add_gauge("admitted streams", len(self.streams))
+            self._log_admission()
             self.host_times.end_step()
+
+    def _log_admission(self) -> None:
+        """What admission decided and on what estimates, into the periodic line: a run that drifts says why."""
+        if self.stock:
+            return
+        guard = self.planner.overload
+        for reason, n in guard.take_decisions().items():
+            self.host_times.add_tally(f"admission {reason}", n)
+        estimate = guard.capacity.estimate()
+        self.host_times.add_gauge("capacity backbone frames/s", round(estimate.backbone_frames_per_s))
+        self.host_times.add_gauge("capacity codec frames/s", round(estimate.codec_frames_per_s))
+        self.host_times.add_gauge("step overhead ms", round(estimate.overhead_s * 1e3, 2))
+        shares = guard.demand_shares()
+        if shares is not None:
+            self.host_times.add_gauge("demand % of backbone", round(100 * shares[0]))
+            self.host_times.add_gauge("demand % of codec", round(100 * shares[1]))
 
     def _update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
@@ -264,6 +290,7 @@ class SpeechPolicyMixin:
         if report is not None:
             self.planner.observe(report)
             self.audio_streams = {p.request_id for p in report.progress}
+            self._update_draining(report)
         reported = {p.request_id: p for p in report.progress} if report is not None else {}
         now = self.clock()
         for request_id, stream in self.streams.items():
@@ -295,7 +322,19 @@ class SpeechPolicyMixin:
     def _forget_finished(self) -> None:
         for table in (self.streams, self.held):
             for request_id in [r for r in table if r not in self.requests or self.requests[r].is_finished()]:
-                del table[request_id]
+                stream = table.pop(request_id)
+                if table is self.streams and request_id in self.audio_streams:
+                    stream.generation_done = True
+                    self.draining[request_id] = stream
+
+    def _update_draining(self, report: StepReport) -> None:
+        """Finished requests' audio progress from the worker's report; gone from it, their audio is out."""
+        reported = {p.request_id: p for p in report.progress}
+        for request_id in [r for r in self.draining if r not in reported]:
+            del self.draining[request_id]
+        for request_id, stream in self.draining.items():
+            stream.apply(reported[request_id])
+            stream.generation_done = True
 
 
 class SpeechScheduler(SpeechPolicyMixin, Scheduler):

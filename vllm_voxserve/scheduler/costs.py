@@ -63,6 +63,41 @@ def paper_h100_seed(codec_sms: int = 32) -> CostSeed:
     )
 
 
+def h200_seed() -> CostSeed:
+    """Qwen3-TTS 1.7B on one H200 (132 SMs) with 64 codec SMs and the backbone at high stream priority, as served
+    at 120 req/s in benchmarks/results/h200/2026-12-02_session17.
+
+    - Decode, on the whole GPU beside a busy background codec lane: 12.1-12.4 ms for 160-174 rows in the served
+      step log, 12.7 ms for 192 rows side by side (run 1): the line through (167, 12.25 ms) and (192, 12.7 ms).
+      Assumed to hold up to 384 rows (not measured past 192); alone the step is faster (9.5 ms at 192), which this
+      line leaves out: the backbone is taken as always beside a busy codec lane, its state near capacity.
+    - Background codec, 64 SMs beside the backbone: 64 chunks of 10 frames in 45.6 ms under full contention (run 1;
+      28 ms alone); 4 chunks assumed 6 ms (2.1 ms on the whole GPU, session 16, scaled by the partition and the
+      contention). The lane then tops out near 14,000 frames/s, as run 1 measured (14,043).
+    - Urgent codec, whole GPU at the greatest priority: 1.7 ms for 1 chunk, 4 ms for 8 (session 16's 2.1 ms for 4
+      chunks on the whole GPU lies on that line).
+    - Prefill: what packed prompts add to the step their running requests decode in (CostModel.observe counts it
+      so): 1.5 ms + 10 us per prompt token, assumed from session 16's step log, where steps with prompts took
+      14-16 ms against about 13-14 for decode steps of the same batch.
+    """
+    return CostSeed(
+        decode=LinearCost.through(167, 12.25e-3, 192, 12.7e-3),
+        prefill=LinearCost(1.5e-3, 1.0e-5),
+        urgent_codec=LinearCost.through(1, 1.7e-3, 8, 4.0e-3),
+        background_codec=LinearCost.through(4, 6.0e-3, 64, 45.6e-3),
+    )
+
+
+def seed_named(name: str, codec_sms: int) -> CostSeed:
+    """The seed of `SchedulerPolicyConfig.cost_seed`: "paper_h100" (its codec line scaled to `codec_sms`) or "h200"
+    (measured with 64 codec SMs)."""
+    if name == "h200":
+        return h200_seed()
+    if name == "paper_h100":
+        return paper_h100_seed(codec_sms)
+    raise ValueError(f"unknown cost seed {name!r}")
+
+
 class CostModel:
     """Estimates in seconds; `observe` folds in what the worker measured."""
 

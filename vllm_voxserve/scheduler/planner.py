@@ -18,7 +18,7 @@ from typing import Sequence
 
 from vllm_voxserve.scheduler.admission import PrefillAdmission
 from vllm_voxserve.scheduler.background_batching import background_batch
-from vllm_voxserve.scheduler.costs import CostModel
+from vllm_voxserve.scheduler.costs import CostModel, seed_named
 from vllm_voxserve.scheduler.decode_order import decode_order
 from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
@@ -42,10 +42,11 @@ class StepPlan:
 class Planner:
     def __init__(self, cfg: SchedulerPolicyConfig | None = None, costs: CostModel | None = None) -> None:
         self.cfg = cfg or SchedulerPolicyConfig()
-        self.costs = costs or CostModel()
+        self.costs = costs or CostModel(seed_named(self.cfg.cost_seed, self.cfg.codec_sms))
         self.admission = PrefillAdmission(self.cfg, self.costs)
         self.overload = OverloadGuard(self.cfg, self.costs)
         self._last_lm_step_at: float | None = None  # when the last plan that started an LM step was made
+        self._last_lm_rows = 0  # the requests that step decoded
 
     def observe(self, report: StepReport) -> None:
         for sample in report.costs:
@@ -72,9 +73,10 @@ class Planner:
         plan = StepPlan()
         if lm_free:
             if self._last_lm_step_at is not None:
-                self.overload.observe_step_interval(now - self._last_lm_step_at)
+                self.overload.capacity.observe_step(now - self._last_lm_step_at, self._last_lm_rows)
             self._plan_lm(now, streams, waiting, plan)
             self._last_lm_step_at = now if plan.admit or plan.decode else None
+            self._last_lm_rows = len(plan.decode)
         if lm_has_work is None:
             lm_has_work = bool(waiting) or any(not s.generation_done for s in streams)
         self._plan_codec(now, streams, lanes, lm_has_work, plan)

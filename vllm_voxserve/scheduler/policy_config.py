@@ -13,6 +13,7 @@ from typing import Any, Mapping
 ADMISSION_MODES = ("deadline_aware", "prefill_first")
 FORCED_ADMISSIONS = ("pack", "oldest")
 OVERLOAD_MODES = ("off", "reject")
+COST_SEEDS = ("paper_h100", "h200")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,10 @@ class SchedulerPolicyConfig:
     urgent_max_batch: int = 8  # largest urgent executable
     early_launch_slack_s: float = 0.1  # launch a small background batch once the earliest chunk has less slack
     # LM lane
-    max_decode_batch: int = 256  # what the H200 capacity runs served (80 req/s at 100 %, session 10)
+
+    # The largest decode batch; the config hook derives the served one from the GPU (serving_defaults.py). 384: what
+    # the H200 served 120 req/s at 99.73 % with (2026-12-02, 78cd88a).
+    max_decode_batch: int = 384
     max_prefills_per_step: int = 8  # waiting requests one prefill may pack (within max_prefill_tokens)
     max_prefill_tokens: int = 2048
     max_prefill_deferral_s: float = 0.1
@@ -53,16 +57,26 @@ class SchedulerPolicyConfig:
     # overload
     overload_mode: str = "reject"
     demand_horizons_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)  # windows the frame demand is checked over
-    capacity_headroom: float = 0.85  # share of the LM's frame rate that admitted streams may need
+    # share of a lane's frame rate (backbone, codec) that admitted streams may need; simulated with H200-shaped costs
+    # (benchmarks/simulation), 0.85 let ≈ 5-9 % of admitted requests stall at 1.5-2x capacity, 0.8 under 1 %
+    capacity_headroom: float = 0.8
+    # weigh the background codec lane's frame rate at arrival beside the backbone's; off, the backbone's alone (the
+    # guard before the codec lane was modelled: past capacity it admitted what the codec lane could not decode)
+    codec_admission: bool = True
+    demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
     min_retry_after_s: float = 1.0
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
+    # The cost model's seed, whose shape measured costs scale (costs.py): "paper_h100" (the paper's H100), "h200"
+    # (session 17's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's capacity is
+    # extrapolated along it to full batches before they are measured.
+    cost_seed: str = "paper_h100"
     # SM split (LM lane SMs / background codec lane SMs); urgent and prefill work use the whole GPU
     lm_sms: int = 100
     codec_sms: int = 32
 
     def __post_init__(self) -> None:
         _positive(self, "ttfa_target_s", "frame_duration_s", "urgent_margin_s")
-        _non_negative(self, "early_launch_slack_s", "max_prefill_deferral_s", "min_retry_after_s")
+        _non_negative(self, "early_launch_slack_s", "max_prefill_deferral_s", "min_retry_after_s", "demand_refresh_s")
         _at_least_one(
             self, "chunk_frames", "first_chunk_frames", "background_min_batch", "background_max_batch",
             "urgent_max_batch", "max_decode_batch", "max_prefills_per_step", "max_prefill_tokens",
@@ -79,11 +93,13 @@ class SchedulerPolicyConfig:
             )
         if self.admission_mode not in ADMISSION_MODES:
             raise ValueError(f"admission_mode must be one of {ADMISSION_MODES}, got {self.admission_mode!r}")
-        for name in ("count_late_requests", "waiting_deadlines"):
+        for name in ("count_late_requests", "waiting_deadlines", "codec_admission"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.forced_admission not in FORCED_ADMISSIONS:
             raise ValueError(f"forced_admission must be one of {FORCED_ADMISSIONS}, got {self.forced_admission!r}")
+        if self.cost_seed not in COST_SEEDS:
+            raise ValueError(f"cost_seed must be one of {COST_SEEDS}, got {self.cost_seed!r}")
         if self.overload_mode not in OVERLOAD_MODES:
             raise ValueError(f"overload_mode must be one of {OVERLOAD_MODES}, got {self.overload_mode!r}")
 

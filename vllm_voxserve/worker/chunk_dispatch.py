@@ -77,6 +77,9 @@ class LaneDispatch:
         # (lane, chunks, device s) of harvested batches for the step log, which empties it (bounded: a caller that
         # never reads it keeps only the newest)
         self.harvested: deque[tuple[str, int, float]] = deque(maxlen=4096)
+        # the same batches as cost samples for the engine's scheduler, whose admission weighs the codec lane's frame
+        # rate (the worker's step report carries them; bounded like `harvested`)
+        self.cost_samples: deque[CostSample] = deque(maxlen=4096)
         # host seconds of the pumps since the step log last read them, by part: harvest (finished batches to host
         # tensors), deliver (their audio sent, ENDs), plan, launch, and drain (a blocking pump's harvest, waits
         # included). Session 7 on the H200: the harvest with delivery was the pump's tail (p99 7-13 ms a step against
@@ -167,9 +170,16 @@ class LaneDispatch:
         costs = self.manager.take_batch_costs()
         if costs:
             self.harvested.extend((c.lane.value, c.size, c.seconds) for c in costs)
-            self.planner.observe(StepReport(self.clock(), costs=[
-                CostSample(_COST_KIND[c.lane], c.size, c.seconds) for c in costs]))
+            samples = [CostSample(_COST_KIND[c.lane], c.size, c.seconds) for c in costs]
+            self.planner.observe(StepReport(self.clock(), costs=samples))
+            self.cost_samples.extend(samples)
         return bool(delivered or costs)
+
+    def take_cost_samples(self) -> list[CostSample]:
+        """The codec batches' cost samples since the last call."""
+        samples = list(self.cost_samples)
+        self.cost_samples.clear()
+        return samples
 
     def _launch(self) -> bool:
         # a lane is free for the policy while it takes another batch (the background lane queues one behind another)

@@ -206,6 +206,9 @@ class SpeechRuntime:
             # Inline codec calls are timed here; the lanes mode's run asynchronously and are timed by the lanes.
             if self._codec_chunks and self.pipeline.codec_mode == "inline":
                 samples.append(CostSample("urgent_codec", self._codec_chunks, self._codec_s))
+        lanes = self.pipeline.lanes
+        if lanes is not None:  # the codec lanes' batches, timed by the lanes in either case
+            samples.extend(lanes.take_cost_samples())
         return StepReport(now, progress, costs=samples)
 
     def finish(self, req_id: str) -> None:

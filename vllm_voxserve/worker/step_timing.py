@@ -47,10 +47,15 @@ class StepHostTimes:
         self._batches: dict[str, list[tuple[int, float]]] = {}
         self._gaps: list[float] = []
         self._counts: dict[str, int] = {}
+        self._tallies: dict[str, int] = {}
 
     def add_count(self, name: str, n: int) -> None:
         """Things made this step (the backbone's frames): their rate over the window's step intervals."""
         self._counts[name] = self._counts.get(name, 0) + n
+
+    def add_tally(self, name: str, n: int) -> None:
+        """Events counted over the window (admission decisions by reason): their totals in the line."""
+        self._tallies[name] = self._tallies.get(name, 0) + n
 
     def add_batch(self, name: str, size: int, seconds: float) -> None:
         """A finished batch of a side workload (a codec lane): count, mean size, device time and busy share."""
@@ -114,9 +119,10 @@ class StepHostTimes:
             line += f"; {name} {percentile(v, 0.5):g}/{percentile(v, 0.99):g}/{v[-1]:g}"
         if wall > 0:
             line += "".join(f"; {name} {total / wall:.0f}/s" for name, total in self._counts.items())
+        line += "".join(f"; {name} {total}" for name, total in self._tallies.items())
         self._window, self._intervals, self._decode, self._prefill, self._gauges, self._batches, self._gaps = (
             [], [], [], [], {}, {}, [])
-        self._counts = {}
+        self._counts, self._tallies = {}, {}
         self.report(line)
         return line
 
