@@ -339,3 +339,22 @@ def test_the_policys_host_time_is_logged_each_window_in_either_mode(stock):
     assert len(lines) == 1 and lines[0].startswith("voxserve scheduler host time over 3 steps")
     assert "schedule " in lines[0] and "update " in lines[0]
     assert ("admitted streams 1/1/1" in lines[0]) == (not stock)  # the policy admits nothing in stock mode
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_request_the_worker_failed_ends_at_once_with_its_error(async_scheduling):
+    from vllm_voxserve.scheduler.adapter import FAILURE_PREFIX
+
+    scheduler, clock = build(async_scheduling=async_scheduling)
+    for rid in "ab":
+        scheduler.add_request(speech_request(rid, clock))
+    step(scheduler, clock)
+    step(scheduler, clock)
+    report = StepReport(clock.t, [RequestProgress("a", 1, False, 0, 0.0)], failed={"b": "codec failed: boom"})
+    _, _, outputs = step(scheduler, clock, report)
+    ended = [o for out in outputs.values() for o in out.outputs if o.finish_reason is not None]
+    assert [(o.request_id, o.finish_reason, o.stop_reason) for o in ended] \
+        == [("b", FinishReason.ERROR, f"{FAILURE_PREFIX}codec failed: boom")]
+    assert "b" not in scheduler.requests and "b" not in scheduler.streams  # its KV blocks are free
+    assert step(scheduler, clock, report)[0] == {"a"}  # a report naming it again changes nothing
+    assert scheduler.requests["a"].status == RequestStatus.RUNNING
