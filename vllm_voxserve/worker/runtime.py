@@ -109,7 +109,8 @@ class SpeechRuntime:
         started = time.perf_counter()
         self._layout, self._step_started, self._codec_s, self._codec_chunks = layout, time.monotonic(), 0.0, 0
         try:
-            self.model.prepare_step(layout, self._row_check)
+            # the fault hook costs the hot path nothing when it is off
+            self.model.prepare_step(layout, self._row_check if self.fault is not None else None)
         except Exception as exc:  # past the per-request parts (StepBuffers.fill): end this step's requests, not all
             logger.exception("step set-up failed")
             for req_id in layout.req_ids:
@@ -176,12 +177,11 @@ class SpeechRuntime:
             if req.failed and req.req_id not in self._failed:
                 self._fail(req.req_id, req.failed)
         for req_id, message in self.pipeline.take_failures():  # e.g. its audio could not be handed over
-            if req_id not in self._failed:
+            if req_id not in self._failed and req_id in self.model.requests:
                 self._failed[req_id] = message
 
     def _row_check(self, req, frames: int) -> None:
-        if self.fault is not None:
-            self.fault.check("step", req.seed, frames)
+        self.fault.check("step", req.seed, frames)
 
     def _init_report(self) -> None:
         # For the scheduler's step report: this step's layout and timings, and the chunk sizes (audio sent so far).
