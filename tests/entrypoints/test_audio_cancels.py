@@ -98,14 +98,14 @@ def test_only_a_listener_who_leaves_before_the_end_is_cancelled():
         service = make_service(engine)
         chunk = np.zeros(4, np.float32)
         # one listener hears a chunk and leaves: its stream is cancelled
-        leaving = service.synthesize(types.SimpleNamespace(stream_key="leaves"), [0], None)
+        leaving = service.synthesize(types.SimpleNamespace(stream_key="leaves", ref_audio=b""), [0], None)
         first = asyncio.ensure_future(leaving.__anext__())
         await asyncio.sleep(0)
         service.receiver.queues["leaves"].put_nowait((AUDIO, chunk))
         assert (await first) is chunk
         await leaving.aclose()
         # another hears its whole stream: nothing to cancel
-        staying = service.synthesize(types.SimpleNamespace(stream_key="stays"), [0], None)
+        staying = service.synthesize(types.SimpleNamespace(stream_key="stays", ref_audio=b""), [0], None)
         pending = asyncio.ensure_future(anext_or_none(staying))
         await asyncio.sleep(0)
         service.receiver.queues["stays"].put_nowait((AUDIO, chunk))
@@ -115,7 +115,7 @@ def test_only_a_listener_who_leaves_before_the_end_is_cancelled():
             heard.append(piece)
         assert len(heard) == 1
         # one that leaves before any audio arrived is cancelled too
-        early = service.synthesize(types.SimpleNamespace(stream_key="early"), [0], None)
+        early = service.synthesize(types.SimpleNamespace(stream_key="early", ref_audio=b""), [0], None)
         waiting = asyncio.ensure_future(early.__anext__())
         await asyncio.sleep(0)
         waiting.cancel()

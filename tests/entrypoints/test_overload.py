@@ -92,7 +92,7 @@ def test_service_turns_the_schedulers_rejection_into_overloaded():
         service.engine_client = RejectingEngine()
         service.receiver = AudioReceiver()
         service.start()
-        job = types.SimpleNamespace(stream_key="k1")
+        job = types.SimpleNamespace(stream_key="k1", ref_audio=b"")
         try:
             with pytest.raises(Overloaded) as caught:
                 async for _ in service.synthesize(job, [0], None):

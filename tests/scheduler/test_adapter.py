@@ -371,3 +371,22 @@ def test_admission_decisions_reach_the_log_line():
         step(scheduler, clock)
     # b's first chunk cannot come within T at these step costs (ten steps of STEP_S): refused at arrival, counted
     assert "admission refused: first audio late 1" in lines[0] and "demand % of codec" in lines[0]
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_request_the_worker_failed_ends_at_once_with_its_error(async_scheduling):
+    from vllm_voxserve.scheduler.adapter import FAILURE_PREFIX
+
+    scheduler, clock = build(async_scheduling=async_scheduling)
+    for rid in "ab":
+        scheduler.add_request(speech_request(rid, clock))
+    step(scheduler, clock)
+    step(scheduler, clock)
+    report = StepReport(clock.t, [RequestProgress("a", 1, False, 0, 0.0)], failed={"b": "codec failed: boom"})
+    _, _, outputs = step(scheduler, clock, report)
+    ended = [o for out in outputs.values() for o in out.outputs if o.finish_reason is not None]
+    assert [(o.request_id, o.finish_reason, o.stop_reason) for o in ended] \
+        == [("b", FinishReason.ERROR, f"{FAILURE_PREFIX}codec failed: boom")]
+    assert "b" not in scheduler.requests and "b" not in scheduler.streams  # its KV blocks are free
+    assert step(scheduler, clock, report)[0] == {"a"}  # a report naming it again changes nothing
+    assert scheduler.requests["a"].status == RequestStatus.RUNNING

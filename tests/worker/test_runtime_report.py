@@ -39,7 +39,7 @@ class FakeModel:
         self.requests = {}
         self.rows = []
 
-    def prepare_step(self, layout):
+    def prepare_step(self, layout, row_check=None):
         self.rows = [rid for rid, n in zip(layout.req_ids, layout.num_tokens) if n == 1]
 
     def take_frames(self):
@@ -62,7 +62,8 @@ def runtime_with(program, codec_mode: str = "auto") -> SpeechRuntime:
     runtime.config = VoxServeConfig(first_chunk_frames=4, chunk_frames=3, codec_mode=codec_mode)
     runtime.model = FakeModel()
     runtime.pipeline = AudioPipeline(program, runtime.config, FakeSender(), torch.device("cpu"))
-    runtime._failed = set()
+    runtime._failed = {}
+    runtime.fault = None
     runtime._init_report()
     return runtime
 

@@ -6,6 +6,8 @@ Loaded by vLLM in the API-server process when `VLLM_PLUGINS` names `voxserve` (o
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -70,10 +72,9 @@ async def create_speech(raw: Request):
     pieces = []
     try:
         # The first chunk (or the scheduler's rejection) comes before any header: an overloaded server answers 503.
-        async for chunk in chunks:
-            pieces.append(chunk)
-            if request.streaming:
-                break
+        # A client that leaves meanwhile (all of a non-streaming request's audio comes before the answer) ends it.
+        if not await _collect_unless_disconnected(raw, chunks, pieces, first_only=request.streaming):
+            return Response(status_code=499)  # nobody reads it
     except Overloaded as exc:
         return _overloaded(exc)
     except InvalidSpeechRequest as exc:
@@ -85,6 +86,37 @@ async def create_speech(raw: Request):
     audio = audio_format.concat(pieces)
     data = audio_format.wav_bytes(audio, SAMPLE_RATE) if fmt == "wav" else audio_format.pcm16_bytes(audio)
     return Response(content=data, media_type=MEDIA_TYPES[fmt])
+
+
+async def _collect_unless_disconnected(raw: Request, chunks, pieces: list, first_only: bool) -> bool:
+    """Gather `chunks` (only the first with `first_only`) into `pieces`; False, with the request aborted (`chunks`
+    closed), when the client disconnects first. Errors of `chunks` propagate."""
+
+    async def collect():
+        async for chunk in chunks:
+            pieces.append(chunk)
+            if first_only:
+                return
+
+    async def disconnected():
+        while (await raw.receive())["type"] != "http.disconnect":  # the body is read: only the disconnect is left
+            pass
+
+    collecting = asyncio.ensure_future(collect())
+    watching = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watching.cancel()
+        if not collecting.done():  # the client left (or this handler was cancelled): abort the request at once
+            collecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await collecting
+            await chunks.aclose()
+    if collecting.cancelled():
+        return False
+    collecting.result()  # the synthesis's own error, if any
+    return True
 
 
 async def _stream_bytes(first: list, chunks, fmt: str):

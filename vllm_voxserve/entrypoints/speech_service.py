@@ -34,6 +34,7 @@ from vllm_voxserve.models.qwen3_tts.tokenizer import (
 )
 from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, new_stream_key
 
+from .reference_encoding import ReferenceEncoder
 from .speech_request import SpeechRequest, decode_reference_audio
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ logger = logging.getLogger(__name__)
 # After vLLM reports the request finished, its last audio must follow within this time.
 AUDIO_END_TIMEOUT_S = 60.0
 CANCEL_RPC = "voxserve_cancel_audio"  # worker method, see vllm_voxserve/worker/rpc.py
+FAILURE_PREFIX = "voxserve-failed:"  # stop_reason of a request the worker failed (scheduler.adapter)
 
 
 # Scheduling hint for the engine's scheduler (`scheduler.adapter.PLAN_KEY`): audio frames the text will take.
@@ -80,6 +82,8 @@ class SpeechService:
         self.generation_defaults = json.loads(gen_path.read_text()) if gen_path.exists() else {}
         self.receiver = AudioReceiver()
         self.cancels = AudioCancels(engine_client)
+        # Base: reference clips are encoded here, off the engine's step loop (reference_encoding.py)
+        self.references = ReferenceEncoder(model_path) if self.tables.model_type == "base" else None
 
     def start(self) -> None:
         self.receiver.start()
@@ -173,6 +177,9 @@ class SpeechService:
 
     async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params) -> AsyncIterator[np.ndarray]:
         """Yields float32 mono 24 kHz chunks in order; leaving early (client gone) aborts the request."""
+        if job.ref_audio:  # the engine gets the request once its reference is encoded: it never waits for it
+            job = await self._encode_reference(job)
+            params.extra_args = {**params.extra_args, **job.to_extra_args()}
         queue = self.receiver.open(job.stream_key)
         request_id = f"speech-{job.stream_key}"
         engine = asyncio.get_running_loop().create_task(self._run_engine(prompt_ids, params, request_id, queue))
@@ -199,12 +206,27 @@ class SpeechService:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await engine
 
+    async def _encode_reference(self, job: SpeechJob) -> SpeechJob:
+        if self.references is None:
+            raise InvalidSpeechRequest(f"ref_audio is only for Base checkpoints; this one is {self.tables.model_type}")
+        try:
+            return await self.references.encode(job)
+        except ValueError as exc:
+            raise InvalidSpeechRequest(f"ref_audio: {exc}") from exc
+        except Exception as exc:
+            logger.exception("encoding a reference clip failed")
+            raise SynthesisError(f"reference encoding failed: {type(exc).__name__}: {exc}") from exc
+
     async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue) -> None:
         try:
             async for output in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id):
                 rejection = _rejection(output)
                 if rejection is not None:  # finished by the scheduler before it started: no audio will come
                     queue.put_nowait((REJECTED, rejection))
+                    return
+                failure = _failure(output)
+                if failure is not None:  # the worker failed it (its audio stream usually says so first)
+                    queue.put_nowait((ERROR, failure))
                     return
         except asyncio.CancelledError:
             raise
@@ -260,6 +282,19 @@ def _rejection(output) -> tuple[str, float] | None:
         return None
     decoded = decode_rejection(output.outputs[0].stop_reason)
     return None if decoded is None else (decoded[1], decoded[0])
+
+
+def _failure(output) -> str | None:
+    """The worker's error when the engine ended the request as failed (`scheduler.adapter.FAILURE_PREFIX`)."""
+    if not getattr(output, "finished", False) or not output.outputs:
+        return None
+    completion = output.outputs[0]
+    if completion.finish_reason != "error":
+        return None
+    reason = completion.stop_reason
+    if isinstance(reason, str) and reason.startswith(FAILURE_PREFIX):
+        return reason[len(FAILURE_PREFIX):]
+    return "the engine failed this request"
 
 
 def _pick(value, default, fallback):

@@ -45,6 +45,7 @@ JOB_KEY = "voxserve"  # extra_args key of the speech job (models.qwen3_tts.job.E
 PLAN_KEY = "voxserve_plan"  # extra_args key of the endpoint's scheduling hints ({"expected_frames": n})
 REPORT_ATTR = "voxserve_report"  # ModelRunnerOutput attribute carrying the worker's StepReport
 REJECTION_PREFIX = "voxserve-overload:"
+FAILURE_PREFIX = "voxserve-failed:"  # stop_reason of a request the worker failed: the error follows
 
 
 def encode_rejection(rejection: Rejection) -> str:
@@ -284,9 +285,11 @@ class SpeechPolicyMixin:
 
     def _update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
+        report: StepReport | None = getattr(model_runner_output, REPORT_ATTR, None)
+        if report is not None and report.failed:  # in every serving mode: a failure is not a policy
+            self._finish_failed(report.failed, outputs)
         if self.stock:
             return outputs
-        report: StepReport | None = getattr(model_runner_output, REPORT_ATTR, None)
         if report is not None:
             self.planner.observe(report)
             self.audio_streams = {p.request_id for p in report.progress}
@@ -318,6 +321,18 @@ class SpeechPolicyMixin:
                                    stop_reason=encode_rejection(rejection))
             outputs.setdefault(request.client_index, EngineCoreOutputs(outputs=[])).outputs.append(out)
         self.rejected.clear()
+
+    def _finish_failed(self, failed: dict[str, str], outputs: dict[int, EngineCoreOutputs]) -> None:
+        """Requests the worker failed end now with an error, as vLLM ends its own failed requests, instead of
+        decoding rows nobody hears until their max tokens (their listener may also never hear of the failure)."""
+        live = [r for r in failed if r in self.requests and not self.requests[r].is_finished()]
+        if not live:
+            return
+        for request in self.finish_requests(live, RequestStatus.FINISHED_ERROR):
+            out = EngineCoreOutput(request_id=request.request_id, new_token_ids=[],
+                                   finish_reason=request.get_finished_reason(),
+                                   stop_reason=f"{FAILURE_PREFIX}{failed[request.request_id]}")
+            outputs.setdefault(request.client_index, EngineCoreOutputs(outputs=[])).outputs.append(out)
 
     def _forget_finished(self) -> None:
         for table in (self.streams, self.held):

@@ -56,3 +56,5 @@ class StepReport:
     progress: list[RequestProgress] = field(default_factory=list)
     lanes: LaneBacklog = field(default_factory=LaneBacklog)
     costs: list[CostSample] = field(default_factory=list)
+    # requests the worker failed (request id -> the error): they end at once, not after their max tokens
+    failed: dict[str, str] = field(default_factory=dict)

@@ -20,6 +20,7 @@ import torch
 
 from vllm_voxserve.codec_lanes.executables import CodecExecutables, powers_of_two_up_to, smallest_at_least
 from vllm_voxserve.config import CodecMode, VoxServeConfig
+from vllm_voxserve.fault_injection import FaultPlan
 from vllm_voxserve.models.program import CodecProgram
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.chunk_dispatch import LaneDispatch
@@ -49,15 +50,18 @@ class _Stream:
     first_cut_at: float | None = None  # when its first chunk was cut (all of its frames existed)
     seq: int = 0  # next message number on the audio channel
     closing: bool = False  # lanes mode: finished, END follows its last audio
+    seed: int | None = None  # the request's seed (names it to the tests' fault injection)
 
 
 class AudioPipeline:
     MODES = (CodecMode.INLINE.value, CodecMode.LANES.value)
 
     def __init__(self, program: CodecProgram, config: VoxServeConfig, sender: AudioSender, device: torch.device,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, fault: FaultPlan | None = None):
         self.program, self.config, self.sender, self.device, self.clock = program, config, sender, device, clock
+        self.fault = fault  # tests only (`fault_injection`)
         self.streams: dict[str, _Stream] = {}
+        self._failures: dict[str, str] = {}  # streams ended by an error here, for the runtime (`take_failures`)
         self.frame_store = FrameStore(config.max_codec_slots, max(config.first_chunk_frames, config.chunk_frames),
                                       program.codes_per_frame, device)
         self.chunks_sent = 0  # over all requests, since start-up
@@ -118,7 +122,8 @@ class AudioPipeline:
 
     # requests ----------------------------------------------------------------------------------------------------
 
-    def open(self, req_id: str, stream_key: str, address: str, warmup_codes: torch.Tensor | None = None) -> None:
+    def open(self, req_id: str, stream_key: str, address: str, warmup_codes: torch.Tensor | None = None,
+             seed: int | None = None) -> None:
         if warmup_codes is not None:  # codes enter clamped, here and in `_store`: nothing after clamps again
             warmup_codes = warmup_codes.clamp(0, MAX_CODE)
         if self.mode is CodecMode.LANES:
@@ -131,12 +136,19 @@ class AudioPipeline:
             slot = self._free_slots.pop()
             self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
         # as many store slots as codec slots, so one is free here
-        self.streams[req_id] = _Stream(stream_key, address, slot, self.frame_store.open(), opened_at=self.clock())
+        self.streams[req_id] = _Stream(stream_key, address, slot, self.frame_store.open(), opened_at=self.clock(),
+                                       seed=seed)
         if slot is not None and warmup_codes is not None and len(warmup_codes):  # inline: the lanes primed theirs
             self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
     def push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
         """codes [n, 16]: one finished frame per entry of req_ids (in frame order per request)."""
+        try:
+            self._push(codes, req_ids)
+        finally:
+            self._end_failed_sends()
+
+    def _push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
         ready: list[tuple[str, int, torch.Tensor]] = []
         streams, width = self.streams, self.frame_store.width
         lanes = self.lanes if self.mode is CodecMode.LANES else None
@@ -195,6 +207,12 @@ class AudioPipeline:
 
         In lanes mode END follows once the lanes have delivered the last chunk: at a later step's pump, or here, by
         draining the lanes, when no other request is generating (the engine may take no further step)."""
+        try:
+            self._close(req_id, error)
+        finally:
+            self._end_failed_sends()
+
+    def _close(self, req_id: str, error: str | None) -> None:
         stream = self.streams.get(req_id)
         if stream is None:
             return
@@ -232,6 +250,7 @@ class AudioPipeline:
             self._end(req_id, None, notify=False)
         if found and self.mode is CodecMode.LANES:
             self.lanes.settle()  # the others' audio must not wait for a step that may never come
+            self._end_failed_sends()
         return len(found)
 
     # audio out ---------------------------------------------------------------------------------------------------
@@ -247,15 +266,24 @@ class AudioPipeline:
             self.lanes.abort(req_id)
         if not notify:
             return
-        if error is None:
-            self.sender.send_end(stream.address, stream.stream_key, stream.seq)
-        else:
-            self.sender.send_error(stream.address, stream.stream_key, stream.seq, error)
+        try:
+            if error is None:
+                self.sender.send_end(stream.address, stream.stream_key, stream.seq)
+            else:
+                self.sender.send_error(stream.address, stream.stream_key, stream.seq, error)
+        except Exception as exc:  # noqa: BLE001 - the scheduler finishes it with the error instead
+            logger.exception("ending the audio of %s failed", req_id)
+            self._failures.setdefault(req_id, error or f"audio channel failed: {type(exc).__name__}: {exc}")
+
+    def _end_failed_sends(self) -> None:
+        """Streams whose audio could not be handed over end with an error (after the batch that found it)."""
+        for req_id in [r for r in self._failures if r in self.streams]:
+            self._end(req_id, self._failures[req_id])
 
     def _ended(self, req_id: str, error: str | None) -> None:
         """LaneDispatch callback: the request's last audio left (or its chunks cannot be decoded)."""
         if req_id in self.streams:
-            self._end(req_id, error)
+            self._end(req_id, error or self._failures.get(req_id))
 
     def _deliver(self, req_id: str, audio: torch.Tensor) -> None:
         """LaneDispatch callback: one chunk's audio, float32 [samples] on CPU, in chunk order."""
@@ -291,9 +319,23 @@ class AudioPipeline:
         slot_ids = torch.tensor(slots, dtype=torch.long, device=self.device)
         return self.program.decode(codes, slot_ids, self.pool).float().cpu().numpy()
 
+    def take_failures(self) -> list[tuple[str, str]]:
+        """Requests whose stream this pipeline ended with an error since the last call (request id, message)."""
+        failures, self._failures = list(self._failures.items()), {}
+        return failures
+
     def _send(self, req_id: str, audio) -> None:
-        stream = self.streams[req_id]
-        self.sender.send_audio(stream.address, stream.stream_key, stream.seq, audio)
+        stream = self.streams.get(req_id)
+        if stream is None or req_id in self._failures:  # ended meanwhile (its audio could not be handed over)
+            return
+        try:
+            if self.fault is not None:
+                self.fault.check("send", stream.seed, stream.chunks_sent)
+            self.sender.send_audio(stream.address, stream.stream_key, stream.seq, audio)
+        except Exception as exc:  # noqa: BLE001 - one stream's channel must not fail the batch's other streams
+            logger.exception("sending audio of %s failed", req_id)
+            self._failures[req_id] = f"audio channel failed: {type(exc).__name__}: {exc}"
+            return
         if stream.first_audio_at is None:
             stream.first_audio_at = self.clock()
             if stream.first_cut_at is not None:  # audio follows a cut chunk; guarded all the same

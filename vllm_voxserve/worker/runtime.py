@@ -14,11 +14,8 @@ import numpy as np
 import torch
 
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.models.qwen3_tts.codec.checkpoint import (
-    load_codec_decoder,
-    load_codec_encoder,
-    load_speaker_encoder,
-)
+from vllm_voxserve.fault_injection import FaultPlan
+from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram, form_arguments
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
@@ -45,23 +42,26 @@ class SpeechRuntime:
         program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
                                     shape_bounds=config.codec_call_bounds() if config.codec_bounded_shapes else None,
                                     **form_arguments(config))
-        self.pipeline = AudioPipeline(program, config, AudioSender(), device)
-        self._failed: set[str] = set()
+        self.fault = FaultPlan.from_env()  # tests only: None unless the server's environment asks for a fault
+        self.pipeline = AudioPipeline(program, config, AudioSender(), device, fault=self.fault)
+        # Requests this worker failed (or that carry no job) -> the error sent on their audio stream (None: no job).
+        # They keep their rows until vLLM finishes them; the scheduler finishes them at once (`step_report`).
+        self._failed: dict[str, str | None] = {}
         self._init_report()
-        # Base (voice cloning): the reference clip becomes an x-vector and reference codes before the prefill.
-        self.speaker_encoder = self.codec_encoder = None
-        if model.tables.model_type == "base":
-            model_dir = Path(model.model_path)
-            self.speaker_encoder = load_speaker_encoder(model_dir, torch.float32, device)
-            self.codec_encoder = load_codec_encoder(model_dir / "speech_tokenizer", torch.float32, device)
 
-    @torch.inference_mode()
-    def _encode_reference(self, job: SpeechJob) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        if not job.ref_audio or self.speaker_encoder is None:
+    def _reference(self, job: SpeechJob) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The x-vector [H] and ICL reference codes [F, 16] the API server encoded (Base), on the device."""
+        if job.ref_audio:
+            raise ValueError("the reference clip reached the worker unencoded")
+        if not job.x_vector:
             return None, None
-        wav = torch.from_numpy(np.frombuffer(job.ref_audio, dtype=np.float32).copy()).to(self.device)
-        x_vector = self.speaker_encoder.extract_xvector(wav)
-        ref_codes = None if job.prompt.x_vector_only else self.codec_encoder.encode(wav, 24000)
+        x_vector = torch.from_numpy(np.frombuffer(job.x_vector, dtype=np.float32).copy()).to(self.device)
+        ref_codes = None
+        if job.ref_codes:
+            codes = np.frombuffer(job.ref_codes, dtype=np.int32)
+            if codes.size % 16:
+                raise ValueError(f"reference codes hold {codes.size} values, not whole frames of 16")
+            ref_codes = torch.from_numpy(codes.reshape(-1, 16).astype(np.int64)).to(self.device)
         return x_vector, ref_codes
 
     def start(self, req_id: str, prompt_len: int, extra_args: dict | None) -> None:
@@ -77,34 +77,47 @@ class SpeechRuntime:
             log = logger.debug if req_id.startswith("_warmup") else logger.error
             log("request %s has no valid voxserve job: %s", req_id, exc)
             self.model.add_placeholder_request(req_id, prompt_len)
-            self._failed.add(req_id)
+            self._failed[req_id] = None
             return
         try:
-            x_vector, ref_codes = self._encode_reference(job)
-        except ValueError as exc:
-            self.model.add_placeholder_request(req_id, prompt_len)
-            self._failed.add(req_id)
-            self.pipeline.sender.send_error(job.audio_address, job.stream_key, 0, f"reference audio: {exc}")
-            return
-        try:
+            if self.fault is not None:
+                self.fault.check("start", job.seed)
+            x_vector, ref_codes = self._reference(job)
             # ICL continues the reference: its frames go through the codec first, unheard, as the official
             # decode of cat(reference, generated) minus the reference part does.
-            self.pipeline.open(req_id, job.stream_key, job.audio_address, warmup_codes=ref_codes)
-        except RuntimeError as exc:
-            self.model.add_placeholder_request(req_id, prompt_len)
-            self._failed.add(req_id)
-            self.pipeline.sender.send_error(job.audio_address, job.stream_key, 0, str(exc))
-            return
-        try:
+            self.pipeline.open(req_id, job.stream_key, job.audio_address, warmup_codes=ref_codes, seed=job.seed)
             self.model.add_request(req_id, prompt_len, job, x_vector, ref_codes)
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure here ends this request alone
+            if not isinstance(exc, ValueError | RuntimeError):
+                logger.exception("request %s failed to start", req_id)
+            self._fail_start(req_id, prompt_len, job, _describe(exc))
+
+    def _fail_start(self, req_id: str, prompt_len: int, job: SpeechJob, message: str) -> None:
+        """End a request that could not start: its rows run on zeros (harmless to the batch) until it is finished."""
+        if req_id not in self.model.requests:
             self.model.add_placeholder_request(req_id, prompt_len)
-            self._fail(req_id, str(exc))
+        if req_id in self.pipeline.streams:
+            self._fail(req_id, message)
+            return
+        self._failed[req_id] = message
+        try:
+            self.pipeline.sender.send_error(job.audio_address, job.stream_key, 0, message)
+        except Exception:  # noqa: BLE001 - the scheduler still finishes it with the error (step_report)
+            logger.exception("could not send the error of request %s", req_id)
 
     def prepare_step(self, layout: StepLayout) -> None:
         started = time.perf_counter()
         self._layout, self._step_started, self._codec_s, self._codec_chunks = layout, time.monotonic(), 0.0, 0
-        self.model.prepare_step(layout)
+        try:
+            # the fault hook costs the hot path nothing when it is off
+            self.model.prepare_step(layout, self._row_check if self.fault is not None else None)
+        except Exception as exc:  # past the per-request parts (StepBuffers.fill): end this step's requests, not all
+            logger.exception("step set-up failed")
+            for req_id in layout.req_ids:
+                req = self.model.requests.get(req_id)
+                if req is not None and req.failed is None:
+                    req.failed = f"step set-up failed: {_describe(exc)}"
+            self.model.prepare_step(layout)  # now every row is a failed request's: it keeps nothing
         if self.device_steps is not None and layout.req_ids:
             self.device_steps.start(_step_kind(layout))
         self.host_times.add("prepare", time.perf_counter() - started)
@@ -163,6 +176,12 @@ class SpeechRuntime:
         for req in self.model.requests.values():
             if req.failed and req.req_id not in self._failed:
                 self._fail(req.req_id, req.failed)
+        for req_id, message in self.pipeline.take_failures():  # e.g. its audio could not be handed over
+            if req_id not in self._failed and req_id in self.model.requests:
+                self._failed[req_id] = message
+
+    def _row_check(self, req, frames: int) -> None:
+        self.fault.check("step", req.seed, frames)
 
     def _init_report(self) -> None:
         # For the scheduler's step report: this step's layout and timings, and the chunk sizes (audio sent so far).
@@ -209,14 +228,17 @@ class SpeechRuntime:
         lanes = self.pipeline.lanes
         if lanes is not None:  # the codec lanes' batches, timed by the lanes in either case
             samples.extend(lanes.take_cost_samples())
-        return StepReport(now, progress, costs=samples)
+        # cumulative like the progress: every failed request vLLM has not finished yet, so the scheduler ends it
+        failed = {r: m for r, m in self._failed.items() if m is not None and r in self.model.requests}
+        return StepReport(now, progress, costs=samples, failed=failed)
 
     def finish(self, req_id: str) -> None:
         if req_id in self._suspended:  # preempted, not finished: it will be re-added (see `preempt`)
             return
         self.model.remove_request(req_id)
         if req_id in self._failed:
-            self._failed.discard(req_id)
+            del self._failed[req_id]
+            self.pipeline.close(req_id, "request ended")  # a stream still open (e.g. failed after it opened)
             return
         self.pipeline.close(req_id)
 
@@ -233,8 +255,12 @@ class SpeechRuntime:
                 self.finish(req_id)
 
     def _fail(self, req_id: str, message: str) -> None:
-        self._failed.add(req_id)
+        self._failed[req_id] = message
         self.pipeline.fail(req_id, message)
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
 
 
 def _step_kind(layout: StepLayout) -> tuple[str, int, int]:

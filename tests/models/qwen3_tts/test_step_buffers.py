@@ -112,3 +112,44 @@ def test_gpu_fill_through_alternating_pinned_staging_equals_the_cpu_fill():
     for expected, got in snapshots:
         for name in BUFFERS:
             assert torch.equal(got[name].cpu(), expected[name]), name
+
+
+def test_a_seed_past_the_signed_64_bit_range_fails_its_own_request_not_the_step():
+    for seed in (2**63, 2**64 - 1, -(2**63) - 1):
+        with pytest.raises(ValueError, match="seed"):
+            request("a", 0, 3, seed=seed)
+    for seed in (2**63 - 1, -(2**63)):  # the range's ends are fine, and fill writes them
+        buffers = StepBuffers(max_tokens=4, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu")
+        buffers.fill(StepLayout(("a",), (1,), (3,)), {"a": request("a", 0, 3, seed=seed)})
+        assert buffers.seed[0].item() == seed
+
+
+def test_a_request_whose_rows_raise_fails_alone_and_its_rows_keep_nothing():
+    def layout():
+        return StepLayout(("a", "bad", "c"), (1, 1, 2), (6, 4, 0))
+
+    def fresh():
+        return {"a": request("a", 2, 5, trailing=(11, 12), seed=9), "bad": request("bad", 1, 3, seed=7),
+                "c": request("c", 0, 3)}
+
+    def raise_for_bad(req, frames):
+        if req.req_id == "bad":
+            raise OverflowError("boom")
+
+    clean = StepBuffers(max_tokens=8, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu")
+    without_bad = fresh()
+    clean_rows = clean.fill(layout(), without_bad)
+    faulted = StepBuffers(max_tokens=8, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu")
+    requests = fresh()
+    rows = faulted.fill(layout(), requests, row_check=raise_for_bad)
+    assert "OverflowError: boom" in requests["bad"].failed and not requests["a"].failed and not requests["c"].failed
+    assert [r.req_id for r in rows] == ["a"] == [r.req_id for r in clean_rows if r.req_id != "bad"]
+    # its row writes the scratch slot, is no decode row; the others' rows are as without the fault
+    assert faulted.write_slot[1].item() == faulted.scratch_slot and not faulted.is_decode[1]
+    for name in BUFFERS:
+        if name != "decode_row_index":
+            for row in (0, 2, 3):
+                torch.testing.assert_close(getattr(faulted, name)[row], getattr(clean, name)[row])
+    # later steps skip it without asking again
+    assert [r.req_id for r in faulted.fill(StepLayout(("bad", "a"), (1, 1), (5, 7)), requests, row_check=None)] \
+        == ["a"]

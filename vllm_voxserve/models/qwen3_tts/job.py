@@ -8,7 +8,6 @@ vocabulary that vLLM's penalties index).
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,15 +37,13 @@ class SpeechJob:
     stream_key: str
     audio_address: str
     prompt: SpeechPrompt
-    ref_audio: bytes = b""  # float32 mono 24 kHz reference clip (Base voice cloning)
+    ref_audio: bytes = b""  # float32 mono 24 kHz reference clip (Base voice cloning), until the API server encodes it
+    x_vector: bytes = b""  # float32 [hidden]: the clip's speaker embedding, what the worker receives (Base)
+    ref_codes: bytes = b""  # int32 [frames, 16]: the clip's codec codes (ICL cloning; empty for x-vector only)
     fixed_length: bool = False  # EOS is never sampled: the request runs to max_tokens (benchmarks, random weights)
     seed: int | None = None
     code_predictor: CodePredictorSampling = field(default_factory=CodePredictorSampling)
     ttfa_slo_ms: float | None = None  # None: the server default
-
-    @property
-    def num_ref_frames(self) -> int:
-        return math.ceil(len(self.ref_audio) / 4 / SAMPLES_PER_FRAME)
 
     def to_extra_args(self) -> dict[str, Any]:
         payload = asdict(self)

@@ -23,6 +23,10 @@ from vllm_voxserve.worker.step_layout import StepLayout
 _INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_index")
 _BOOL_ROWS = ("is_decode", "suppress_eos")
 _FLOAT_ROWS = ("cp_temperature", "cp_top_p")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+# fill's per-request hook (tests' fault injection): called with the request and its frame count before its rows
+RowCheck = Callable[["ServedRequest", int], None]
 
 
 class _HostStaging:
@@ -74,6 +78,12 @@ class ServedRequest:
     decode_constants: tuple = ()
 
     def __post_init__(self) -> None:
+        # Every step writes these into int64 / float32 rows shared by the whole batch: a value that does not fit
+        # must fail this request here, never the step's batch write.
+        for name in ("seed", "cp_top_k"):
+            value = getattr(self, name)
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise ValueError(f"{name} {value} is outside the signed 64-bit range")
         self.decode_constants = (self.cp_temperature, self.cp_top_p, self.cp_top_k, self.seed)
 
     def decode_text_id(self, step: int) -> int:
@@ -143,11 +153,13 @@ class StepBuffers:
         return decode_at
 
     def fill(self, layout: StepLayout, requests: dict[str, ServedRequest],
-             replay_embed: Callable[[ServedRequest, int], torch.Tensor] | None = None) -> list[DecodeRow]:
+             replay_embed: Callable[[ServedRequest, int], torch.Tensor] | None = None,
+             row_check: RowCheck | None = None) -> list[DecodeRow]:
         """Write a step's inputs; returns the decode rows (each completes one frame of its request).
 
         replay_embed(req, k): the input [H] of generated position k of `req` (its frame k and text), for a
-        preempted request's recomputation."""
+        preempted request's recomputation. A request whose own rows cannot be written gets `failed` set and, like
+        one already failed, rows that keep nothing (no stash write, no frame): the rest of the batch runs on."""
         n = layout.total_tokens
         if n > self.max_tokens:
             raise ValueError(f"step has {n} tokens, buffers hold {self.max_tokens}")
@@ -171,15 +183,23 @@ class StepBuffers:
         row = 0
         for req_id, count, start in zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True):
             req = requests.get(req_id)
-            if req is None:  # a warm-up or dummy batch of vLLM's: rows compute nothing that is kept
+            decode_at = None
+            if req is not None and req.failed is None:
+                try:
+                    if row_check is not None:
+                        row_check(req, len(req.frames))
+                    if count == 1 and start - req.prompt_len >= len(req.frames) and start >= req.prompt_len:
+                        decode_at = start  # the usual decode row (the hot path)
+                    else:
+                        decode_at = self._fill_prompt_and_replay(row, req, start, count, replay_embed)
+                except Exception as exc:  # noqa: BLE001 - one request's rows must not fail the step
+                    req.failed = f"step set-up failed: {type(exc).__name__}: {exc}"
+            if req is None or req.failed is not None:
+                # a warm-up or dummy batch of vLLM's, or a failed request: rows compute nothing that is kept
                 slots.append(0), pads.append(0), fixed.append(False)
                 row += count
                 continue
             slots.append(req.slot), pads.append(req.tts_pad_id), fixed.append(req.fixed_length)
-            if count == 1 and start - req.prompt_len >= len(req.frames) and start >= req.prompt_len:
-                decode_at = start  # the usual decode row (the hot path)
-            else:
-                decode_at = self._fill_prompt_and_replay(row, req, start, count, replay_embed)
             if decode_at is not None:
                 r, step = row + decode_at - start, decode_at - req.prompt_len
                 d_rows.append(r), d_text.append(req.decode_text_id(step)), d_step.append(step)

@@ -30,7 +30,7 @@ from .configuration import Qwen3TTSConfig
 from .job import SpeechJob
 from .prompt import PromptTables, TalkerGenerationRules, build_plan
 from .served_code_predictor import ServedCodePredictor
-from .step_buffers import DecodeRow, ServedRequest, StepBuffers
+from .step_buffers import DecodeRow, RowCheck, ServedRequest, StepBuffers
 from .talker import TextProjection, embed_plan
 
 # official name piece -> (vLLM fused parameter, shard id)
@@ -117,8 +117,10 @@ class Qwen3TTSForVllm(nn.Module):
                                 x_vector=x_vector, ref_codes=ref_codes)
         cp = job.code_predictor
         seed = job.seed if job.seed is not None else int.from_bytes(os.urandom(4), "little")
-        req = ServedRequest(req_id, self._free_slots.pop(), prompt_len, prefill, plan.trailing_text_ids,
+        # the slot is taken only once the request is whole (ServedRequest checks its values)
+        req = ServedRequest(req_id, -1, prompt_len, prefill, plan.trailing_text_ids,
                             plan.tts_pad_id, job.fixed_length, cp.temperature, cp.top_k, cp.top_p, seed)
+        req.slot = self._free_slots.pop()
         self.requests[req_id] = req
         return req
 
@@ -138,8 +140,9 @@ class Qwen3TTSForVllm(nn.Module):
             self._free_slots.append(req.slot)
         return req
 
-    def prepare_step(self, layout: StepLayout) -> None:
-        self._decode_rows = self._step_buffers().fill(layout, self.requests, self._replay_embed)
+    def prepare_step(self, layout: StepLayout, row_check: RowCheck | None = None) -> None:
+        self._decode_rows = []  # nothing of a step whose set-up failed may reach take_frames
+        self._decode_rows = self._step_buffers().fill(layout, self.requests, self._replay_embed, row_check)
 
     @torch.inference_mode()
     def _replay_embed(self, req: ServedRequest, k: int) -> torch.Tensor:
