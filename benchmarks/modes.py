@@ -155,4 +155,5 @@ def make_switcher(base_url: str, restart_command: str | None = None, ready_path:
         return HttpModeSwitcher(base_url)
     if restart_command:
         return RestartModeSwitcher(restart_command, base_url, ready_path, ready_timeout_s, log_dir)
-    raise ModeSwitchError(f"{base_url} does not offer {MODES_PATH} and no restart command was given")
+    raise ModeSwitchError(f"{base_url} does not offer {MODES_PATH} and no restart command was given (a voxserve "
+                          "server offers it with --additional-config '{\"voxserve\": {\"admin_routes\": true}}')")

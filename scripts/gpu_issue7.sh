@@ -11,7 +11,7 @@
 set -uo pipefail
 final_out=${OUT:?set OUT}
 res=${RES:-/tmp/issue7}; mkdir -p "$res"
-cfg=${VOXSERVE_CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
+cfg=${VOXSERVE_CONFIG:-'{"voxserve":{"admin_routes":true,"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
 SECONDS=0
 OUT=$res KEEP_SERVER=1 SERVE_ARGS="--additional-config $cfg ${EXTRA_SERVE_ARGS:-}" \
   ABLATION_ARGS="--modes ${MODES:-vllm-stock,inline,lanes} --strategy search --chain-start --seeds ${SEEDS:-0}

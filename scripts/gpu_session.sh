@@ -25,7 +25,7 @@ start)
   pin0=(taskset -c 0-15) pin1=(taskset -c 16-31)
   command -v taskset > /dev/null && [ "$(nproc)" -ge 32 ] || { pin0=(); pin1=(); echo "cores not pinned"; }
   export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-16}  # each job has 16 cores of its own
-  config=${CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
+  config=${CONFIG:-'{"voxserve":{"admin_routes":true,"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
   CUDA_VISIBLE_DEVICES=0 OUT=$root/gpu0 RES=$root/gpu0/run OURS_T=${GPU0_T:-1300} SEEDS=${SEEDS:-0,1,2} \
     MODES=${GPU0_MODES-vllm-stock,inline,lanes} BUDGET_S=${GPU0_BUDGET_S:-420} VOXSERVE_CONFIG=$config \
     GPU0_PARTS=${GPU0_PARTS:-} GPU0_PARTS_BEFORE=${GPU0_PARTS_BEFORE:-} GPU0_CODEC_FASTEST=${GPU0_CODEC_FASTEST:-} \

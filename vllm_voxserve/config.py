@@ -246,13 +246,29 @@ class VoxServeConfig:
     # Codec lanes of the `lanes` codec mode (executables' frame counts and batch sizes, SM split): `LanesConfig`;
     # a mapping given here is parsed into one. Its frame_counts must hold both chunk sizes (the default does).
     lanes: LanesConfig = LanesConfig()
+    # `GET /voxserve/modes` and `POST /voxserve/mode` (live mode switches, for benchmarks): off answers 404; on, they
+    # take the API key (`--api-key` / VLLM_API_KEY) whenever one is set, and only JSON bodies.
+    admin_routes: bool = False
+    # Request limits of the HTTP API, each refused with a 4xx naming what is over: the body's bytes (checked before
+    # it is read), `input` and `ref_text` characters, `instructions` characters, and the reference clip's decoded
+    # file bytes and seconds (a 30 s clip at 48 kHz, stereo, float32 is 11.5 MB).
+    max_request_bytes: int = 24 << 20
+    max_input_chars: int = 4096
+    max_instructions_chars: int = 4096
+    max_ref_audio_bytes: int = 16 << 20
+    max_ref_audio_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_frames", "chunk_frames", "max_codec_slots", "max_codec_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
-        for name in ("code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
+        for name in ("max_request_bytes", "max_input_chars", "max_instructions_chars", "max_ref_audio_bytes"):
+            _check_positive_int(f"voxserve.{name}", getattr(self, name))
+        seconds = self.max_ref_audio_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
+            raise ValueError(f"voxserve.max_ref_audio_seconds must be a number in (0, 3600], got {seconds!r}")
+        for name in ("admin_routes", "code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
                      "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
                      "codec_gemm_wide_dilated_convs", "codec_layout_optimization", "codec_bounded_shapes",
                      "codec_dynamic_frames", "codec_conv_1x1_as_mm", "codec_conv_tma"):

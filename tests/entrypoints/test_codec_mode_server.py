@@ -25,7 +25,7 @@ def server(tmp_path_factory):
     checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-custom-voice")
     log = tmp_path_factory.mktemp("logs") / "serve-modes.log"
     # Overload shedding off: the CPU is slow enough that concurrent requests would be answered 503 by design.
-    voxserve = {"voxserve": {"scheduler": {"overload_mode": "off"}}}
+    voxserve = {"voxserve": {"admin_routes": True, "scheduler": {"overload_mode": "off"}}}
     with speech_server(checkpoint, spelling="env", log_path=log,
                        extra_args=("--additional-config", json.dumps(voxserve))) as url:
         yield url
@@ -113,7 +113,9 @@ def test_bad_mode_is_a_400_and_a_busy_server_a_409(server):
     assert switch(server, "time_sharing").status_code == 400
     unknown = switch(server, "inline+fifo")
     assert unknown.status_code == 400 and "fifo" in unknown.json()["error"]["message"]
-    assert requests.post(f"{server}/voxserve/mode", data=b"{", timeout=30).status_code == 400
+    json_type = {"Content-Type": "application/json"}
+    assert requests.post(f"{server}/voxserve/mode", data=b"{", headers=json_type, timeout=30).status_code == 400
+    assert requests.post(f"{server}/voxserve/mode", data={"mode": "lanes"}, timeout=30).status_code == 415
     # ~300 frames run for seconds on this CPU: the switch arrives while the request is running.
     response = requests.post(f"{server}/v1/audio/speech", json={**JOB, "max_new_tokens": 300}, stream=True,
                              timeout=300)

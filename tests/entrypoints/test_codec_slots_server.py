@@ -24,7 +24,7 @@ SAMPLES_PER_FRAME = 1920
 def server(tmp_path_factory):
     checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-custom-voice")
     log = tmp_path_factory.mktemp("logs") / "serve-one-slot.log"
-    voxserve = {"voxserve": {"max_codec_slots": 1, "scheduler": {"overload_mode": "off"}}}
+    voxserve = {"voxserve": {"max_codec_slots": 1, "admin_routes": True, "scheduler": {"overload_mode": "off"}}}
     with speech_server(checkpoint, spelling="env", log_path=log,
                        extra_args=("--additional-config", json.dumps(voxserve))) as url:
         yield url

@@ -162,6 +162,15 @@ def test_client_disconnect_frees_its_request_and_ends_its_audio_in_the_worker(se
         time.sleep(0.5)
 
 
+def test_admin_routes_are_off_by_default(server):
+    """Without `voxserve.admin_routes` the mode routes answer 404, whatever the request carries."""
+    for response in (requests.get(f"{server}/voxserve/modes", timeout=10),
+                     requests.post(f"{server}/voxserve/mode", json={"mode": "lanes"}, timeout=10),
+                     requests.post(f"{server}/voxserve/mode", data={"mode": "vllm-stock"}, timeout=10)):
+        assert response.status_code == 404, response.text
+        assert "admin_routes" in response.json()["error"]["message"]
+
+
 def test_voices_and_openapi_schema(server):
     voices = requests.get(f"{server}/v1/audio/voices", timeout=10).json()
     assert "ryan" in voices["voices"] and voices["task_type"] == "custom_voice"

@@ -97,3 +97,20 @@ def test_a_failed_codec_switch_leaves_the_admission_mode():
     scheduler, workers = FakeScheduler(), FakeWorkers()
     replies = handle_mode_call(scheduler, "two-stream+prefill_first", workers)
     assert {r["status"] for r in replies} == {400} and scheduler.admission_mode == "deadline_aware"
+
+
+def test_a_switch_one_worker_refuses_puts_the_others_back_and_keeps_the_policy():
+    """One worker has no memory for the new codec mode (503), the other switched: it is switched back."""
+
+    class OneRefuses(FakeWorkers):
+        def __call__(self, mode):
+            self.calls.append(mode)
+            if mode in (None, "inline"):
+                return [self.reply(200)] * 2
+            return [{**self.reply(200), "current": mode}, {**self.reply(503), "error": "not enough device memory"}]
+
+    scheduler, workers = FakeScheduler(), OneRefuses()
+    replies = handle_mode_call(scheduler, "lanes+prefill_first", workers)
+    assert workers.calls == ["lanes", "inline"]
+    assert [r["status"] for r in replies] == [200, 503]
+    assert scheduler.admission_mode == "deadline_aware" and not scheduler.stock

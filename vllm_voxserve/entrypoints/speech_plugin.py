@@ -20,6 +20,14 @@ from pydantic import ValidationError
 from vllm_voxserve.config import VoxServeConfig
 
 from . import audio_format
+from .request_guard import (
+    RequestRejected,
+    api_key_hashes,
+    check_api_key,
+    check_json_content_type,
+    parse_json_object,
+    read_capped_body,
+)
 from .speech_request import SpeechRequest
 from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SynthesisError
 
@@ -54,12 +62,10 @@ async def create_speech(raw: Request):
     service = _service(raw)
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
-    try:
-        body = json.loads(await raw.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return _error(400, f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return _error(400, "request body must be a JSON object")
+    try:  # the size before the body is read; then one JSON object of bounded depth, finite numbers, valid Unicode
+        body = parse_json_object(await read_capped_body(raw.headers, raw.stream(), service.config.max_request_bytes))
+    except RequestRejected as exc:
+        return _error(exc.status, exc.message)
     try:
         request = SpeechRequest.model_validate(body)
         job, prompt_ids, params = service.prepare(request)
@@ -144,6 +150,26 @@ async def list_voices(raw: Request):
 
 
 _MODE_RPC = "voxserve_codec_mode"  # worker method, see vllm_voxserve/worker/rpc.py
+MAX_ADMIN_BODY_BYTES = 4096  # {"mode": NAME}
+_ADMIN_OFF = ("not found: the admin routes are off; enable them with --additional-config "
+              '\'{"voxserve": {"admin_routes": true}}\'')
+
+
+async def _admin_gate(raw: Request, with_body: bool) -> dict | JSONResponse | None:
+    """The admin routes' checks, in order: on (else 404), the API key when one is set (401), then for a POST a JSON
+    Content-Type (415) and a small JSON object (413 / 400). Returns the parsed body, an error response, or None."""
+    service = _service(raw)
+    if service is None or not service.config.admin_routes:
+        return _error(404, _ADMIN_OFF, "not_found_error")
+    try:
+        check_api_key(raw.headers.get("authorization"), getattr(raw.app.state, "voxserve_api_keys", []))
+        if not with_body:
+            return None
+        check_json_content_type(raw.headers.get("content-type"))
+        return parse_json_object(await read_capped_body(raw.headers, raw.stream(), MAX_ADMIN_BODY_BYTES, setting=""))
+    except RequestRejected as exc:
+        kind = {401: "authentication_error", 404: "not_found_error"}.get(exc.status, "invalid_request_error")
+        return _error(exc.status, exc.message, kind)
 
 
 async def _codec_mode_rpc(raw: Request, mode: str | None):
@@ -158,7 +184,8 @@ async def _codec_mode_rpc(raw: Request, mode: str | None):
         return _error(500, f"codec mode rpc failed: {exc}", "server_error")
     worst = max(replies, key=lambda r: r.get("status", 500))
     if worst.get("status") != 200:
-        kind = {400: "invalid_request_error", 409: "conflict"}.get(worst.get("status"), "server_error")
+        kind = {400: "invalid_request_error", 409: "conflict", 503: "service_unavailable"}.get(
+            worst.get("status"), "server_error")
         return _error(worst.get("status", 500), worst.get("error", "codec mode rpc failed"), kind)
     currents = {r["current"] for r in replies}
     if len(currents) != 1:
@@ -168,19 +195,22 @@ async def _codec_mode_rpc(raw: Request, mode: str | None):
 
 @router.get("/voxserve/modes")
 async def list_codec_modes(raw: Request):
-    """The codec modes this server can switch between, and the current one."""
+    """The codec modes this server can switch between, and the current one (admin route: `voxserve.admin_routes`)."""
+    refused = await _admin_gate(raw, with_body=False)
+    if refused is not None:
+        return refused
     return await _codec_mode_rpc(raw, None)
 
 
 @router.post("/voxserve/mode")
 async def set_codec_mode(raw: Request):
-    """Switch the codec mode (`{"mode": "inline" | "lanes"}`) without a restart; 409 while requests are running."""
-    try:
-        body = json.loads(await raw.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return _error(400, f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict) or not isinstance(body.get("mode"), str):
-        return _error(400, 'request body must be {"mode": NAME}')
+    """Switch the serving mode (`{"mode": NAME}`, names from GET /voxserve/modes) without a restart; 409 while
+    requests are running, 503 when the device has no memory for the new mode (the old one keeps serving)."""
+    body = await _admin_gate(raw, with_body=True)
+    if isinstance(body, JSONResponse):
+        return body
+    if set(body) != {"mode"} or not isinstance(body["mode"], str):
+        return _error(400, 'mode: the request body must be {"mode": NAME}, NAME a string')
     return await _codec_mode_rpc(raw, body["mode"])
 
 
@@ -200,8 +230,16 @@ class SpeechEndpointPlugin:
         served = list(args.served_model_name or [args.model])
         service = SpeechService(engine_client, args.model, served, config)
         service.start()
+        state.voxserve_api_keys = _api_keys(args)
         state.voxserve_speech = service
         logger.info("voxserve: /v1/audio/speech ready for %s (%s)", served, service.tables.model_type)
+
+
+def _api_keys(args: Namespace) -> list[bytes]:
+    """vLLM's own API keys (`--api-key`, else VLLM_API_KEY), which guard only its /v1 routes: ours check them too."""
+    import vllm.envs as envs
+
+    return api_key_hashes(getattr(args, "api_key", None), envs.VLLM_API_KEY)
 
 
 def _parse_json(value):

@@ -96,16 +96,20 @@ class SpeechService:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        request.check(self.served_models, self.tables.model_type)
+        config = self.config
+        request.check(self.served_models, self.tables.model_type, config.max_input_chars, config.max_instructions_chars)
         kind = self.tables.model_type
         instruct = request.instructions or ""
         if kind == "voice_design" and not instruct.strip():
             raise ValueError("VoiceDesign needs `instructions` describing the voice")
-        ref_audio = decode_reference_audio(request.ref_audio).tobytes() if request.ref_audio else b""
+        ref_audio = b""
+        if request.ref_audio:
+            ref_audio = decode_reference_audio(request.ref_audio, max_bytes=config.max_ref_audio_bytes,
+                                               max_seconds=config.max_ref_audio_seconds).tobytes()
         ref_text_ids: tuple[int, ...] = ()
         if kind == "base":
             if not ref_audio:
-                raise ValueError("Base (voice cloning) needs `ref_audio`: base64 or a data URL of a 24 kHz clip")
+                raise ValueError("Base (voice cloning) needs `ref_audio`: base64 or a data URL of an audio clip")
             if not request.x_vector_only_mode:
                 if not (request.ref_text or "").strip():
                     raise ValueError("voice cloning needs `ref_text` (the transcript of ref_audio), "

@@ -66,8 +66,13 @@ def handle_mode_call(scheduler: ModeScheduler, mode: str | None,
         busy = "requests are running; switch the serving mode when idle"
         return [{**_named(reply, scheduler), "status": 409, "error": busy} for reply in forward(None)]
     replies = forward(wanted.codec_mode)
-    if all(reply.get("status") == 200 for reply in replies):
+    refused = [reply for reply in replies if reply.get("status") != 200]
+    if not refused:
         scheduler.set_policy(wanted.stock, wanted.admission_mode or scheduler.configured_admission_mode)
+    elif len(refused) < len(replies) and refused[0].get("current"):
+        # some workers switched, one could not (e.g. no memory on its GPU): put them back, so every worker runs the
+        # mode they all ran before and the server is as it was
+        forward(refused[0]["current"])
     return [_named(reply, scheduler) for reply in replies]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,31 @@ MAX_CODE = 2047  # codes past the codebook (never produced by a healthy talker) 
 
 class CodecModeBusy(RuntimeError):
     """The codec mode cannot change while requests are open."""
+
+
+class CodecModeUnavailable(RuntimeError):
+    """The new codec mode could not be built (`out_of_memory`: the device had no memory for it); nothing changed."""
+
+    def __init__(self, message: str, out_of_memory: bool):
+        super().__init__(message)
+        self.out_of_memory = out_of_memory
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError, or a RuntimeError saying so (CUDA graph capture and some allocators raise those)."""
+    oom_type = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def release_device_memory(device: torch.device) -> None:
+    """Return what a failed build left to the allocator's cache to the device (unreferenced by now)."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 @dataclass(slots=True)
@@ -91,7 +117,9 @@ class AudioPipeline:
         return self.mode.value
 
     def set_codec_mode(self, mode: str) -> None:
-        """Switch between `inline` and `lanes`; ValueError for another name, CodecModeBusy while a request is open."""
+        """Switch between `inline` and `lanes`; ValueError for another name, CodecModeBusy while a request is open,
+        CodecModeUnavailable when the new mode cannot be built (e.g. no device memory for it): then nothing changed,
+        the current mode still serves and what was built for the new one is released."""
         if mode not in self.MODES:
             raise ValueError(f"unknown codec mode {mode!r}; modes: {list(self.MODES)}")
         new = CodecMode(mode)
@@ -99,23 +127,40 @@ class AudioPipeline:
             raise CodecModeBusy(f"{len(self.streams)} request(s) are running; switch the codec mode when idle")
         if self.lanes is not None:
             self.lanes.manager.drain()  # a batch of an aborted request may still be in flight
-        self._prepare(new)
+        failure = None
+        try:
+            self._prepare(new)
+        except Exception as exc:
+            failure = (is_out_of_memory(exc), f"{type(exc).__name__}: {exc}")
+            # the traceback as text: a log record holding the exception would keep the half-built parts alive
+            logger.error("building the %s codec failed; still serving in %s\n%s", new.value, self.mode.value,
+                         traceback.format_exc())
+        if failure is not None:  # outside the handler: its traceback, which holds what was built, is gone now
+            release_device_memory(self.device)
+            out_of_memory, detail = failure
+            why = "not enough device memory" if out_of_memory else "it could not be built"
+            raise CodecModeUnavailable(f"cannot switch the codec to {new.value!r}: {why} ({detail}); still serving "
+                                       f"in {self.mode.value!r}", out_of_memory)
         if new is not self.mode:
             logger.info("codec mode: %s -> %s", self.mode.value, new.value)
         self.mode = new
 
     def _prepare(self, mode: CodecMode) -> None:
+        """Build what `mode` needs if it is not there yet. Transactional: the pipeline keeps the new parts only once
+        all of them are built, so a failure part-way leaves it exactly as it was."""
         if mode is CodecMode.INLINE and self.pool is None:
             slots = self.config.max_codec_slots
-            self.pool = self.program.make_state_pool(slots + 1, self.device)  # + the graphs' padding slot
-            self._free_slots = list(range(slots - 1, -1, -1))
+            pool = self.program.make_state_pool(slots + 1, self.device)  # + the graphs' padding slot
+            graphs = None
             if self.device.type == "cuda" and self.config.lanes.use_graphs:
                 # the same CUDA-graph executables as the lanes, on the whole GPU, replayed in the step's stream
-                self.inline_graphs = CodecExecutables(
-                    self.program, self.pool, torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device),
+                graphs = CodecExecutables(
+                    self.program, pool, torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device),
                     self.device, powers_of_two_up_to(self.config.max_codec_batch), self.config.lanes.frame_counts,
                     padding_slot=slots, use_graphs=True)
-                self.inline_graphs.capture()
+                graphs.capture()
+            self.pool, self.inline_graphs = pool, graphs
+            self._free_slots = list(range(slots - 1, -1, -1))
         elif mode is CodecMode.LANES and self.lanes is None:
             self.lanes = LaneDispatch(self.program, self.config, self.device, self._deliver, self._ended,
                                       self.clock)

@@ -5,14 +5,15 @@ the worker's steps: the worker process's busy loop on CPU, the engine core's loo
 step touches the audio pipeline).
 
 Replies are plain dicts (they cross process boundaries): `{"status": 200, "modes": [...], "current": NAME}`, or
-`{"status": 400 | 409 | 500 | 503, "error": TEXT, ...}`; `{"status": 200, "cancelled": N}`.
+`{"status": 400 | 409 | 500 | 503, "error": TEXT, ...}` (503: the device has no memory for the new mode; the
+old one still serves); `{"status": 200, "cancelled": N}`.
 """
 
 from __future__ import annotations
 
 import logging
 
-from vllm_voxserve.worker.audio_pipeline import CodecModeBusy
+from vllm_voxserve.worker.audio_pipeline import CodecModeBusy, CodecModeUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ def codec_mode_call(model_runner, mode: str | None) -> dict:
             return {"status": 409, "error": str(exc), **pipeline.codec_modes()}
         except ValueError as exc:
             return {"status": 400, "error": str(exc), **pipeline.codec_modes()}
+        except CodecModeUnavailable as exc:  # refused, not failed: the previous mode still serves, unchanged
+            return {"status": 503 if exc.out_of_memory else 500, "error": str(exc), **pipeline.codec_modes()}
         except Exception as exc:  # e.g. building the lanes failed: answer, and keep the worker serving
             logger.exception("switching the codec mode to %r failed", mode)
             return {"status": 500, "error": f"switching to {mode!r} failed: {exc}", **pipeline.codec_modes()}
