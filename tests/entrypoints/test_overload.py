@@ -16,6 +16,7 @@ pytest.importorskip("vllm")
 from fastapi import FastAPI  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
+from vllm_voxserve.config import VoxServeConfig  # noqa: E402
 from vllm_voxserve.entrypoints import speech_plugin  # noqa: E402
 from vllm_voxserve.entrypoints.speech_request import SpeechRequest  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import (  # noqa: E402
@@ -36,6 +37,7 @@ class FakeService:
 
     def __init__(self, outcome):
         self.outcome = outcome  # a list of chunks, or an exception raised before the first chunk
+        self.config = VoxServeConfig()
 
     def prepare(self, request):
         return None, [0], None
