@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
 
 from . import audio_format
 from .speech_request import SpeechRequest
@@ -166,7 +167,8 @@ class SpeechEndpointPlugin:
         additional = getattr(vllm_config, "additional_config", None)
         config = VoxServeConfig.from_additional_config(additional or _parse_json(getattr(args, "additional_config", None)))
         served = list(args.served_model_name or [args.model])
-        service = SpeechService(engine_client, args.model, served, config)
+        model_dir = resolve_model_dir(args.model, getattr(args, "revision", None), getattr(args, "download_dir", None))
+        service = SpeechService(engine_client, str(model_dir), served, config)
         service.start()
         state.voxserve_speech = service
         logger.info("voxserve: /v1/audio/speech ready for %s (%s)", served, service.tables.model_type)
