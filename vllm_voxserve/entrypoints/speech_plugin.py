@@ -167,7 +167,9 @@ class SpeechEndpointPlugin:
         additional = getattr(vllm_config, "additional_config", None)
         config = VoxServeConfig.from_additional_config(additional or _parse_json(getattr(args, "additional_config", None)))
         served = list(args.served_model_name or [args.model])
-        model_dir = resolve_model_dir(args.model, getattr(args, "revision", None), getattr(args, "download_dir", None))
+        # vLLM's model (its snapshot folder of a hub id when offline), else the command line's
+        model = getattr(getattr(vllm_config, "model_config", None), "model", None) or args.model
+        model_dir = resolve_model_dir(model, getattr(args, "revision", None), getattr(args, "download_dir", None))
         service = SpeechService(engine_client, str(model_dir), served, config)
         service.start()
         state.voxserve_speech = service

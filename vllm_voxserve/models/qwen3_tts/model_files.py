@@ -4,7 +4,8 @@
 config.json and the weights through the hub cache itself, but the speech tokenizer (`speech_tokenizer/`), the text
 tokenizer files and generation_config.json are read here, from a directory: `resolve_model_dir` maps a repo id to
 its snapshot folder in the hub cache (`snapshot_download`, which downloads what is missing unless HF_HUB_OFFLINE is
-set), honouring vLLM's --revision and --download-dir. `check_model_dir` names every missing file in one error.
+set), honouring vLLM's --revision and --download-dir. (vLLM 0.26 hands the model its snapshot folder itself when
+HF_HUB_OFFLINE is set, and the repo id otherwise.) `check_model_dir` names every missing file in one error.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python saved_checkpoint_side.py SPEC.json
 
 SPEC: {"checkpoints": {KEY: {"source": DIR, "out": DIR}}, "reference_wav": NPY (24 kHz float32), "scenarios": [...],
-       "out": NPZ}.
+       "out": NPZ}; with no scenarios only step 1 runs.
 1. Writes each checkpoint with the official classes' own `save_pretrained` (transformers 4.57.3): the model built
    from SOURCE's config.json and weights into OUT, the speech tokenizer loaded from SOURCE/speech_tokenizer (model
    and feature extractor) into OUT/speech_tokenizer. OUT may already hold the text tokenizer files; they are kept.
@@ -85,6 +85,8 @@ def main(spec_path: str) -> None:
         spec = json.load(f)
     for paths in spec["checkpoints"].values():
         save_official(paths["source"], paths["out"])
+    if not spec["scenarios"]:
+        return
     _accept_the_saved_speaker_encoder_config()
     reference = np.load(spec["reference_wav"]).astype(np.float32)
     out: dict[str, np.ndarray] = {}
