@@ -38,10 +38,10 @@ def vllm_command() -> str:
 
 
 @contextlib.contextmanager
-def speech_server(checkpoint: Path, *, spelling: str = "env", extra_args: tuple[str, ...] = (),
+def speech_server(checkpoint: Path | str, *, spelling: str = "env", extra_args: tuple[str, ...] = (),
                   log_path: Path | None = None, timeout_s: float = 600, env: dict[str, str] | None = None):
-    """Yield the base URL of a running server. spelling: "env" (VLLM_PLUGINS=voxserve) or "flag" (--plugin);
-    `env`: variables added to the server's environment."""
+    """Yield the base URL of a running server. checkpoint: a folder or a hub repo id. spelling: "env"
+    (VLLM_PLUGINS=voxserve) or "flag" (--plugin). env: extra environment variables of the server."""
     port = free_port()
     env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_LOGGING_LEVEL="INFO", **(env or {}))
     cmd = [vllm_command(), "serve", str(checkpoint), "--port", str(port), "--host", "127.0.0.1",

@@ -2,17 +2,37 @@ import types
 
 import pytest
 
+from vllm_voxserve.models.qwen3_tts.model_files import CheckpointFilesMissing
 from vllm_voxserve.worker.config_hook import SCHEDULER, VoxServeConfigHook
 
+# the files the server reads (the hook checks that they exist, not what they hold)
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer_config.json",
+                    "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors")
 
-def _vllm_config(max_num_seqs, voxserve=None, cudagraph_mode=None):
+
+@pytest.fixture(scope="module")
+def checkpoint_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoint")
+    for name in CHECKPOINT_FILES:
+        (root / name).parent.mkdir(exist_ok=True)
+        (root / name).write_text("{}")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _complete_checkpoint_by_default(checkpoint_dir, monkeypatch):
+    monkeypatch.setitem(globals(), "MODEL_DIR", checkpoint_dir)
+
+
+def _vllm_config(max_num_seqs, voxserve=None, cudagraph_mode=None, model=None):
     return types.SimpleNamespace(
+        load_config=types.SimpleNamespace(download_dir=None),
         compilation_config=types.SimpleNamespace(cudagraph_mode=cudagraph_mode, max_cudagraph_capture_size=None,
                                                  cudagraph_capture_sizes=None),
         additional_config={"voxserve": voxserve or {}},
         parallel_config=types.SimpleNamespace(worker_cls="auto"),
         scheduler_config=types.SimpleNamespace(max_num_seqs=max_num_seqs, scheduler_cls=None),
-        model_config=types.SimpleNamespace(skip_tokenizer_init=False),
+        model_config=types.SimpleNamespace(skip_tokenizer_init=False, model=str(model or MODEL_DIR), revision=None),
         cache_config=types.SimpleNamespace(enable_prefix_caching=True))
 
 
@@ -113,3 +133,13 @@ def test_device_facts_come_from_nvml_without_cuda(monkeypatch):
     broken = types.SimpleNamespace(**{**vars(h200), "get_device_total_memory": lambda: 1 / 0})
     monkeypatch.setattr(import_utils, "import_pynvml", lambda: 1 / 0)
     assert _device_facts(broken) == ("cuda", None, None)  # unknown facts, no crash: the defaults assume a large GPU
+
+
+def test_a_checkpoint_missing_files_is_refused_at_start_naming_them(checkpoint_dir, tmp_path):
+    for name in CHECKPOINT_FILES:
+        if name not in ("vocab.json", "speech_tokenizer/model.safetensors"):
+            (tmp_path / name).parent.mkdir(exist_ok=True)
+            (tmp_path / name).write_text("{}")
+    with pytest.raises(CheckpointFilesMissing) as err:
+        VoxServeConfigHook.verify_and_update_config(_vllm_config(64, model=tmp_path))
+    assert "vocab.json, speech_tokenizer/model.safetensors;" in str(err.value)

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
 
 from . import audio_format
 from .request_guard import (
@@ -228,7 +229,10 @@ class SpeechEndpointPlugin:
         additional = getattr(vllm_config, "additional_config", None)
         config = VoxServeConfig.from_additional_config(additional or _parse_json(getattr(args, "additional_config", None)))
         served = list(args.served_model_name or [args.model])
-        service = SpeechService(engine_client, args.model, served, config)
+        # vLLM's model (its snapshot folder of a hub id when offline), else the command line's
+        model = getattr(getattr(vllm_config, "model_config", None), "model", None) or args.model
+        model_dir = resolve_model_dir(model, getattr(args, "revision", None), getattr(args, "download_dir", None))
+        service = SpeechService(engine_client, str(model_dir), served, config)
         service.start()
         state.voxserve_api_keys = _api_keys(args)
         state.voxserve_speech = service

@@ -10,6 +10,7 @@ from vllm.model_executor.models.config import VerifyAndUpdateConfig
 
 from vllm_voxserve.config import ADDITIONAL_CONFIG_KEY, VoxServeConfig
 from vllm_voxserve.serving_defaults import cores_per_sm, derive_serving_defaults, is_vllm_default
+from vllm_voxserve.models.qwen3_tts.model_files import resolve_and_check
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +26,11 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
         from vllm.platforms import current_platform
 
         config = VoxServeConfig.from_additional_config(vllm_config.additional_config)  # fail fast on bad keys
+        # Fail fast, naming every missing file, rather than at the first file some later step opens (an absent
+        # vocab.json surfaces as a sentencepiece/tiktoken error from transformers). A hub id resolves through the
+        # hub cache (downloaded there first unless HF_HUB_OFFLINE is set).
+        model_config = vllm_config.model_config
+        resolve_and_check(model_config.model, model_config.revision, vllm_config.load_config.download_dir)
         parallel = vllm_config.parallel_config
         if parallel.worker_cls == "auto":
             parallel.worker_cls = CPU_WORKER if current_platform.is_cpu() else GPU_WORKER

@@ -137,3 +137,45 @@ def test_loader_reads_shards_and_rejects_missing_tensors(tmp_path, tiny_bf16):
     (broken / "config.json").write_text((tiny_bf16 / "config.json").read_text())
     with pytest.raises(ValueError, match="codec_head"):
         load_talker_side(broken)
+
+
+# config.json files as the official qwen-tts 0.1.1 `save_pretrained` (transformers 4.57.3) wrote them for a tiny Base
+# model and its speech tokenizer; test_official_checkpoint_parity.py writes and serves such checkpoints afresh.
+SAVED = Path(__file__).parent / "data"
+_BOOKKEEPING = ("transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype")
+
+
+def _without_bookkeeping(d: dict) -> dict:
+    return {k: _without_bookkeeping(v) if k.endswith("_config") and isinstance(v, dict) else v
+            for k, v in d.items() if k not in _BOOKKEEPING}
+
+
+def test_config_written_by_the_official_save_pretrained_loads_and_round_trips():
+    saved = json.loads((SAVED / "official_saved_base_config.json").read_text())
+    predictor_keys = saved["talker_config"]["code_predictor_config"]
+    assert {"bad_words_ids", "max_length", "do_sample", "num_beams", "top_k"} <= set(predictor_keys)
+    config = Qwen3TTSConfig.from_dict(saved)
+    predictor = config.talker_config.code_predictor_config
+    assert (predictor.hidden_size, predictor.num_code_groups) == (predictor_keys["hidden_size"], 16)
+    # every key comes back with its value, whatever this transformers version does with generation keys
+    assert json.loads(json.dumps(config.to_dict())) == _without_bookkeeping(saved)
+    # a value set after loading is the one written back
+    predictor.max_length = 99
+    assert config.to_dict()["talker_config"]["code_predictor_config"]["max_length"] == 99
+
+
+def test_config_with_a_key_that_is_read_only_here_loads():
+    d = official_config("tiny", "custom_voice")
+    d["talker_config"]["use_return_dict"] = False  # a read-only property of transformers' config class
+    config = Qwen3TTSConfig.from_dict(d)
+    assert config.to_dict()["talker_config"]["use_return_dict"] is False
+
+
+def test_speech_tokenizer_config_written_by_the_official_save_pretrained_loads():
+    from vllm_voxserve.models.qwen3_tts.codec.configuration import SpeechTokenizerConfig
+
+    saved = json.loads((SAVED / "official_saved_speech_tokenizer_config.json").read_text())
+    assert "dtype" in saved["decoder_config"] and "_frame_rate" in saved["encoder_config"]
+    config = SpeechTokenizerConfig.from_dict(saved)
+    assert config.decoder.hidden_size == saved["decoder_config"]["hidden_size"]
+    assert config.decode_upsample_rate == config.decoder.samples_per_frame == 1920

@@ -3,6 +3,11 @@
 transformers 5.x renames `rope_scaling` to `rope_parameters` and adds its own keys on save; the official code (and
 the official `config.json`) use the 4.x names. So each class keeps the official keys it was given, in order, and
 `to_dict()` writes exactly those back: `Qwen3TTSConfig.from_dict(d).to_dict() == d` for an official `d`.
+
+Keys we do not read are kept as given, whatever transformers makes of them: the official `save_pretrained` (4.57)
+writes every `PretrainedConfig` default into the sub-configs (`max_length`, `do_sample`, `bad_words_ids`,
+`use_cache`, ...), and transformers 5.x drops such generation keys in `PretrainedConfig.__init__`, so an attribute
+lookup by key would fail. Their raw values are what `to_dict()` writes back.
 `rope_parameters` is still set (plain 1-D RoPE: with the identical position streams of TTS, the talker's M-RoPE is
 exactly 1-D RoPE), for code that reads the 5.x name.
 """
@@ -31,13 +36,34 @@ class _OfficialLayoutConfig(PretrainedConfig):
     # Defaults, for keys a config.json lacks, are the released 12 Hz values (the official classes' defaults are
     # those of an older layout: codec ids 4196.., 32 code groups).
 
+    def _init_base(self, kwargs: dict[str, Any]) -> None:
+        """`PretrainedConfig.__init__` with the keys we do not read; keeps their raw values for `to_dict()`.
+        Keys that would hit a read-only attribute of this transformers version are kept but not set."""
+        object.__setattr__(self, "_given_extras", copy.deepcopy(kwargs))
+        settable = {k: v for k, v in kwargs.items() if not _read_only(type(self), k)}
+        # this class's own __init__ (transformers 5.x generates one for it, without running its validators on a
+        # half-built config), not PretrainedConfig's
+        _OfficialLayoutConfig.__init__(self, **settable)
+        object.__setattr__(self, "_extras_frozen", True)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if self.__dict__.get("_extras_frozen"):  # set after loading: the new value is the one to write back
+            self.__dict__["_given_extras"].pop(key, None)
+        super().__setattr__(key, value)
+
     def _remember(self, given: dict[str, Any]) -> None:
         object.__setattr__(self, "_official_keys", [k for k in given if k not in _HF_BOOKKEEPING])
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        extras = self.__dict__.get("_given_extras", {})
         for key in self._official_keys:
-            value = self._official_rope_scaling if key == "rope_scaling" else getattr(self, key)
+            if key == "rope_scaling":
+                value = self._official_rope_scaling
+            elif key in extras:
+                value = extras[key]
+            else:
+                value = getattr(self, key)
             if isinstance(value, PretrainedConfig):
                 value = value.to_dict()
             out[key] = copy.deepcopy(value)
@@ -59,6 +85,11 @@ class _OfficialLayoutConfig(PretrainedConfig):
         return self._official_rope_scaling
 
 
+def _read_only(cls: type, key: str) -> bool:
+    attr = getattr(cls, key, None)
+    return isinstance(attr, property) and attr.fset is None
+
+
 def _check_positive(owner: str, **values: int) -> None:
     for name, value in values.items():
         if not isinstance(value, int) or value <= 0:
@@ -72,7 +103,7 @@ class Qwen3TTSSpeakerEncoderConfig(_OfficialLayoutConfig):
                  enc_kernel_sizes=(5, 3, 3, 3, 1), enc_dilations=(1, 2, 3, 4, 1), enc_attention_channels=128,
                  enc_res2net_scale=8, enc_se_channels=128, sample_rate=24000, **kwargs):
         order = list(kwargs.pop("_key_order", ()))
-        super().__init__(**kwargs)
+        self._init_base(kwargs)
         self.mel_dim, self.enc_dim, self.sample_rate = mel_dim, enc_dim, sample_rate
         self.enc_channels, self.enc_kernel_sizes = list(enc_channels), list(enc_kernel_sizes)
         self.enc_dilations, self.enc_attention_channels = list(enc_dilations), enc_attention_channels
@@ -89,7 +120,7 @@ class Qwen3TTSCodePredictorConfig(_OfficialLayoutConfig):
                  max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000, rope_scaling=None,
                  attention_bias=False, num_code_groups=16, layer_types=None, **kwargs):
         order = list(kwargs.pop("_key_order", ()))
-        super().__init__(**kwargs)
+        self._init_base(kwargs)
         self.vocab_size, self.hidden_size, self.intermediate_size = vocab_size, hidden_size, intermediate_size
         self.num_hidden_layers, self.num_attention_heads = num_hidden_layers, num_attention_heads
         self.num_key_value_heads, self.head_dim, self.hidden_act = num_key_value_heads, head_dim, hidden_act
@@ -112,7 +143,7 @@ class Qwen3TTSTalkerConfig(_OfficialLayoutConfig):
                  codec_think_bos_id=2156, codec_think_eos_id=2157, codec_pad_id=2148, codec_bos_id=2149,
                  spk_id=None, spk_is_dialect=None, codec_language_id=None, **kwargs):
         order = list(kwargs.pop("_key_order", ()))
-        super().__init__(**kwargs)
+        self._init_base(kwargs)
         if isinstance(code_predictor_config, dict):
             code_predictor_config = Qwen3TTSCodePredictorConfig(
                 **code_predictor_config, _key_order=list(code_predictor_config))
@@ -153,7 +184,7 @@ class Qwen3TTSConfig(_OfficialLayoutConfig):
                  tts_model_type=None, im_start_token_id=151644, im_end_token_id=151645, tts_pad_token_id=151671,
                  tts_bos_token_id=151672, tts_eos_token_id=151673, assistant_token_id=77091, **kwargs):
         order = list(kwargs.pop("_key_order", ()))
-        super().__init__(**kwargs)
+        self._init_base(kwargs)
         if isinstance(talker_config, dict):
             talker_config = Qwen3TTSTalkerConfig(**talker_config, _key_order=list(talker_config))
         elif talker_config is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -28,6 +27,7 @@ from .code_predictor import CodePredictor
 from .fused_code_predictor import FusedCodePredictor
 from .configuration import Qwen3TTSConfig
 from .job import SpeechJob
+from .model_files import resolve_model_dir
 from .prompt import PromptTables, TalkerGenerationRules, build_plan
 from .served_code_predictor import ServedCodePredictor
 from .step_buffers import DecodeRow, RowCheck, ServedRequest, StepBuffers
@@ -77,7 +77,10 @@ class Qwen3TTSForVllm(nn.Module):
         super().__init__()
         config: Qwen3TTSConfig = vllm_config.model_config.hf_config
         self.config = config
-        self.model_path = Path(vllm_config.model_config.model)
+        model_config = vllm_config.model_config
+        # a hub repo id is resolved through the hub cache: the speech tokenizer is read from this folder
+        self.model_path = resolve_model_dir(model_config.model, model_config.revision,
+                                            vllm_config.load_config.download_dir)
         self.voxserve = VoxServeConfig.from_additional_config(vllm_config.additional_config)
         self.talker = Talker(vllm_config, prefix="talker")
         self.tables = PromptTables.from_config(config)
