@@ -40,7 +40,7 @@ def main() -> None:
 
 def time_fill(args) -> None:
     hidden, prompt_len = 2048, 30
-    buffers = StepBuffers(8192, args.rows, hidden, torch.bfloat16, "cpu")
+    buffers = StepBuffers(8192, args.rows, hidden, torch.bfloat16, "cpu", vocab_size=3072)
     requests = {f"r{i}": ServedRequest(f"r{i}", i, prompt_len, torch.zeros(prompt_len, hidden, dtype=torch.bfloat16),
                                        tuple(range(40)), 1, True, 0.9, 50, 1.0, i) for i in range(args.rows)}
     layout = StepLayout(tuple(requests), (1,) * args.rows, tuple(prompt_len + 5 + i % 7 for i in range(args.rows)))

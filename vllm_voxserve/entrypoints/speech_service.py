@@ -24,6 +24,7 @@ from vllm_voxserve.models.qwen3_tts.job import (
     SAMPLES_PER_FRAME,
     CodePredictorSampling,
     SpeechJob,
+    TalkerSampling,
 )
 from vllm_voxserve.models.qwen3_tts.prompt import PromptTables, SpeechPrompt, build_plan
 from vllm_voxserve.models.qwen3_tts.tokenizer import (
@@ -139,6 +140,13 @@ class SpeechService:
         if cp_sampling.temperature > 0 and not 1 <= cp_sampling.top_k <= MAX_CODE_PREDICTOR_TOP_K:
             raise ValueError(f"subtalker_top_k must be between 1 and {MAX_CODE_PREDICTOR_TOP_K} when the code "
                              f"predictor samples (subtalker_temperature > 0), got {cp_sampling.top_k}")
+        talker_sampling = TalkerSampling(
+            temperature=_pick(request.temperature, gen.get("temperature") if gen.get("do_sample", True) else 0.0,
+                              0.9),
+            top_k=_pick(request.top_k, gen.get("top_k"), 50),
+            top_p=_pick(request.top_p, gen.get("top_p"), 1.0),
+            repetition_penalty=_pick(request.repetition_penalty, gen.get("repetition_penalty"), 1.05),
+        )
         job = SpeechJob(
             stream_key=new_stream_key(),
             audio_address=self.receiver.address,
@@ -147,6 +155,7 @@ class SpeechService:
             fixed_length=request.ignore_eos,
             seed=request.seed,
             code_predictor=cp_sampling,
+            talker=talker_sampling,
             ttfa_slo_ms=request.ttfa_slo_ms,
         )
         plan = build_plan(self.tables, prompt)  # raises ValueError naming the valid speakers, languages ...
@@ -165,12 +174,10 @@ class SpeechService:
             min_tokens=2,
             stop_token_ids=[self.tables.codec_eos],
             ignore_eos=request.ignore_eos,
-            temperature=_pick(request.temperature, gen.get("temperature") if gen.get("do_sample", True) else 0.0,
-                              0.9),
-            top_k=_pick(request.top_k, gen.get("top_k"), 50) or -1,
-            top_p=_pick(request.top_p, gen.get("top_p"), 1.0),
-            repetition_penalty=_pick(request.repetition_penalty, gen.get("repetition_penalty"), 1.05),
-            seed=request.seed,
+            # Codebook 0 is drawn in the model (`Qwen3TTSForVllm.compute_logits`) with the request's counter noise
+            # and handed to vLLM as the only finite logit, which its sampler keeps whatever it is set to: greedy
+            # here spares it the random path and per-request generators.
+            temperature=0.0,
             detokenize=False,
             output_kind=RequestOutputKind.DELTA,
             extra_args={**job.to_extra_args(), PLAN_KEY: {"expected_frames": expected_frames(request)}},

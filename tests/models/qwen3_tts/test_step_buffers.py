@@ -7,6 +7,7 @@ from vllm_voxserve.models.qwen3_tts.step_buffers import ServedRequest, StepBuffe
 from vllm_voxserve.worker.step_layout import StepLayout
 
 H = 4
+V = 8  # codebook-0 vocabulary of the fake buffers
 
 
 def request(req_id: str, slot: int, prompt_len: int, trailing=(), fixed=False, seed=0) -> ServedRequest:
@@ -15,7 +16,7 @@ def request(req_id: str, slot: int, prompt_len: int, trailing=(), fixed=False, s
 
 
 def test_fill_mixes_prefill_chunks_decode_rows_and_vllm_dummy_rows():
-    buffers = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu")
+    buffers = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
     requests = {"a": request("a", 2, 5, trailing=(11, 12), seed=9), "b": request("b", 0, 3, fixed=True)}
     # a decodes its 2nd frame (position 6 = prompt 5 + step 1); b prefills positions 1..2; a vLLM dummy row last
     rows = buffers.fill(StepLayout(("a", "b", "dummy"), (1, 2, 1), (6, 1, 0)), requests)
@@ -38,7 +39,7 @@ def test_fill_mixes_prefill_chunks_decode_rows_and_vllm_dummy_rows():
 
 
 def test_decode_past_the_trailing_text_adds_tts_pad_and_unknown_history_is_reported():
-    buffers = StepBuffers(max_tokens=8, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu")
+    buffers = StepBuffers(max_tokens=8, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
     requests = {"a": request("a", 1, 2, trailing=(11,))}
     buffers.fill(StepLayout(("a",), (1,), (5,)), requests)
     assert buffers.text_ids[0].item() == 151671
@@ -51,7 +52,7 @@ def replayed(req, k):
 
 
 def test_a_preempted_request_is_recomputed_from_its_frames_and_keeps_its_stash_until_it_decodes():
-    buffers = StepBuffers(max_tokens=8, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu")
+    buffers = StepBuffers(max_tokens=8, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
     a = request("a", 1, 3)
     requests = {"a": a}
     buffers.fill(StepLayout(("a",), (3,), (0,)), requests, replayed)  # the prefill
@@ -98,8 +99,8 @@ def test_gpu_fill_through_alternating_pinned_staging_equals_the_cpu_fill():
             r.prefill_embeds = r.prefill_embeds.to(device)
         return made
 
-    cpu = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu")
-    gpu = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cuda")
+    cpu = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
+    gpu = StepBuffers(max_tokens=16, max_slots=4, hidden_size=H, dtype=torch.float32, device="cuda", vocab_size=V)
     cpu_requests, gpu_requests = requests("cpu"), requests("cuda")
     snapshots = []
     torch.cuda._sleep(50_000_000)  # keep the stream busy so that the fills' copies are still queued behind it
@@ -119,7 +120,7 @@ def test_a_seed_past_the_signed_64_bit_range_fails_its_own_request_not_the_step(
         with pytest.raises(ValueError, match="seed"):
             request("a", 0, 3, seed=seed)
     for seed in (2**63 - 1, -(2**63)):  # the range's ends are fine, and fill writes them
-        buffers = StepBuffers(max_tokens=4, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu")
+        buffers = StepBuffers(max_tokens=4, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
         buffers.fill(StepLayout(("a",), (1,), (3,)), {"a": request("a", 0, 3, seed=seed)})
         assert buffers.seed[0].item() == seed
 
@@ -136,10 +137,10 @@ def test_a_request_whose_rows_raise_fails_alone_and_its_rows_keep_nothing():
         if req.req_id == "bad":
             raise OverflowError("boom")
 
-    clean = StepBuffers(max_tokens=8, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu")
+    clean = StepBuffers(max_tokens=8, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
     without_bad = fresh()
     clean_rows = clean.fill(layout(), without_bad)
-    faulted = StepBuffers(max_tokens=8, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu")
+    faulted = StepBuffers(max_tokens=8, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
     requests = fresh()
     rows = faulted.fill(layout(), requests, row_check=raise_for_bad)
     assert "OverflowError: boom" in requests["bad"].failed and not requests["a"].failed and not requests["c"].failed
@@ -153,3 +154,21 @@ def test_a_request_whose_rows_raise_fails_alone_and_its_rows_keep_nothing():
     # later steps skip it without asking again
     assert [r.req_id for r in faulted.fill(StepLayout(("bad", "a"), (1, 1), (5, 7)), requests, row_check=None)] \
         == ["a"]
+
+
+def test_fill_writes_codebook0_sampling_per_request_row():
+    buffers = StepBuffers(max_tokens=8, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
+    a = ServedRequest("a", 2, 3, torch.zeros(3, H), (), 0, False, 0.9, 50, 1.0, -(2**63),
+                      talker_sampling=(0.7, 40, 0.8, 1.1))
+    b = ServedRequest("b", 1, 2, torch.zeros(2, H), (), 0, False, 0.9, 50, 1.0, 2**63 - 1,
+                      talker_sampling=(0.0, 0, 1.0, 1.0))
+    b.prefill_done, b.frames = True, [None] * 4
+    # a prefills all 3 prompt rows; b decodes at position 2 + 4 (it has generated 5 tokens)
+    buffers.fill(StepLayout(["a", "b"], [3, 1], [0, 6]), {"a": a, "b": b})
+    assert buffers.sample_slot[:2].tolist() == [2, 1]
+    assert buffers.sample_seed[:2].tolist() == [-(2**63), 2**63 - 1]
+    assert buffers.sample_step[:2].tolist() == [0, 5]
+    assert buffers.sample_top_k[:2].tolist() == [40, 0]
+    assert buffers.sample_temperature[:2].tolist() == pytest.approx([0.7, 0.0])
+    assert buffers.sample_top_p[:2].tolist() == pytest.approx([0.8, 1.0])
+    assert buffers.sample_penalty[:2].tolist() == pytest.approx([1.1, 1.0])

@@ -33,6 +33,17 @@ class CodePredictorSampling:
 
 
 @dataclass(frozen=True)
+class TalkerSampling:
+    """Sampling of codebook 0 (the talker's own settings, as vLLM's `SamplingParams` carry them); the worker draws it
+    with the request's counter noise, so a seeded request's codes do not depend on its batch."""
+
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+
+
+@dataclass(frozen=True)
 class SpeechJob:
     stream_key: str
     audio_address: str
@@ -43,6 +54,7 @@ class SpeechJob:
     fixed_length: bool = False  # EOS is never sampled: the request runs to max_tokens (benchmarks, random weights)
     seed: int | None = None
     code_predictor: CodePredictorSampling = field(default_factory=CodePredictorSampling)
+    talker: TalkerSampling = field(default_factory=TalkerSampling)
     ttfa_slo_ms: float | None = None  # None: the server default
 
     def to_extra_args(self) -> dict[str, Any]:
@@ -61,4 +73,5 @@ class SpeechJob:
         for name in ("text_ids", "instruct_ids", "ref_text_ids"):
             prompt[name] = tuple(prompt.get(name) or ())
         raw["code_predictor"] = CodePredictorSampling(**raw.get("code_predictor", {}))
+        raw["talker"] = TalkerSampling(**raw.get("talker", {}))
         return cls(prompt=SpeechPrompt(**prompt), **raw)

@@ -20,9 +20,10 @@ from vllm_voxserve.worker.step_layout import StepLayout
 
 
 # Host staging rows of the integer, boolean and float buffers (one array of each, one row per buffer, by its name).
-_INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_index")
+_INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_index",
+             "sample_slot", "sample_seed", "sample_step", "sample_top_k")
 _BOOL_ROWS = ("is_decode", "suppress_eos")
-_FLOAT_ROWS = ("cp_temperature", "cp_top_p")
+_FLOAT_ROWS = ("cp_temperature", "cp_top_p", "sample_temperature", "sample_top_p", "sample_penalty")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # fill's per-request hook (tests' fault injection): called with the request and its frame count before its rows
@@ -65,7 +66,9 @@ class ServedRequest:
     cp_temperature: float
     cp_top_k: int
     cp_top_p: float
-    seed: int  # the code predictor's draws for frame k come from (seed, k): independent of the batch
+    seed: int  # the draws for frame k (codebook 0 and the code predictor's) come from (seed, k): batch-independent
+    # codebook 0's temperature, top_k, top_p and repetition penalty (greedy for placeholders)
+    talker_sampling: tuple[float, int, float, float] = (0.0, 0, 1.0, 1.0)
     failed: str | None = None
     # Preemption: vLLM recomputes a preempted request from its first token. Its finished frames (each as the step's
     # codes tensor [n, 16] on the device and its row there) give the inputs of its generated positions; while
@@ -99,7 +102,8 @@ class DecodeRow(NamedTuple):  # a tuple: one is made per decode row of every ste
 class StepBuffers:
     """Device buffers for up to `max_tokens` rows; `fill` writes one step's layout into them."""
 
-    def __init__(self, max_tokens: int, max_slots: int, hidden_size: int, dtype: torch.dtype, device):
+    def __init__(self, max_tokens: int, max_slots: int, hidden_size: int, dtype: torch.dtype, device,
+                 vocab_size: int):
         self.max_tokens = max_tokens
         self.scratch_slot = max_slots  # rows that must not touch a request's stash write here
         kw = {"device": device}
@@ -122,6 +126,16 @@ class StepBuffers:
         self.seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.frame_index = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.suppress_eos = torch.zeros(max_tokens, dtype=torch.bool, **kw)  # per request row of compute_logits
+        # Codebook 0's sampling, per request row of compute_logits: the request's slot, seed and draw (the tokens it
+        # has generated), its settings; and per slot the codebook-0 ids it generated (its repetition penalty).
+        self.sample_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.sample_seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.sample_step = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.sample_top_k = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.sample_temperature = torch.zeros(max_tokens, dtype=torch.float32, **kw)
+        self.sample_top_p = torch.ones(max_tokens, dtype=torch.float32, **kw)
+        self.sample_penalty = torch.ones(max_tokens, dtype=torch.float32, **kw)
+        self.seen = torch.zeros(max_slots + 1, vocab_size, dtype=torch.bool, **kw)
         # Outputs of the forward: the hidden state stash (one row per slot + scratch) and each row's frame codes.
         self.stash = torch.zeros(max_slots + 1, hidden_size, dtype=dtype, **kw)
         self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
@@ -174,11 +188,12 @@ class StepBuffers:
         ints[_INT_ROWS.index("write_slot"), : n + 1] = self.scratch_slot
         bools[:, : n + 1] = False
         floats[0, : n + 1], floats[1, : n + 1] = 0.0, 1.0
-        text_ids, read_slot, write_slot, top_k, seed, frame_index = ints
+        text_ids, read_slot, write_slot, top_k, seed, frame_index, s_slot, s_seed, s_step, s_top_k = ints
         is_decode, suppress = bools
         decode_rows: list[DecodeRow] = []
         # Per request (one entry each) and per decode row, gathered in lists and written to the arrays at once.
         slots, pads, fixed, stash_rows, stash_slots = [], [], [], [], []
+        samples = []  # per request: codebook 0's (slot, seed, draw, top_k, temperature, top_p, penalty)
         d_rows, d_text, d_step, d_constants = [], [], [], []
         row = 0
         for req_id, count, start in zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True):
@@ -197,9 +212,14 @@ class StepBuffers:
             if req is None or req.failed is not None:
                 # a warm-up or dummy batch of vLLM's, or a failed request: rows compute nothing that is kept
                 slots.append(0), pads.append(0), fixed.append(False)
+                samples.append((self.scratch_slot, 0, 0, 0, 0.0, 1.0, 1.0))
                 row += count
                 continue
             slots.append(req.slot), pads.append(req.tts_pad_id), fixed.append(req.fixed_length)
+            temperature, k, p, penalty = req.talker_sampling
+            # the draw is the number of tokens generated before this step's sample (negative for a partial prefill,
+            # whose sample vLLM discards)
+            samples.append((req.slot, req.seed, start + count - req.prompt_len, k, temperature, p, penalty))
             if decode_at is not None:
                 r, step = row + decode_at - start, decode_at - req.prompt_len
                 d_rows.append(r), d_text.append(req.decode_text_id(step)), d_step.append(step)
@@ -214,6 +234,12 @@ class StepBuffers:
         read_slot[:n] = np.repeat(np.asarray(slots, dtype=np.int64), counts)
         text_ids[:n] = np.repeat(np.asarray(pads, dtype=np.int64), counts)
         suppress[: len(fixed)] = fixed
+        if samples:
+            s_values = list(zip(*samples))
+            for target, values in zip((s_slot, s_seed, s_step, s_top_k), s_values[:4]):
+                target[: len(samples)] = values
+            for i, values in enumerate(s_values[4:]):
+                floats[2 + i, : len(samples)] = values
         write_slot[stash_rows] = stash_slots
         if d_rows:
             text_ids[d_rows], is_decode[d_rows], frame_index[d_rows] = d_text, True, d_step

@@ -21,6 +21,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.seeded_noise import uniform_noise_at
 from vllm_voxserve.worker.step_layout import StepLayout
 
 from .code_predictor import CodePredictor
@@ -29,6 +30,7 @@ from .configuration import Qwen3TTSConfig
 from .job import SpeechJob
 from .model_files import resolve_model_dir
 from .prompt import PromptTables, TalkerGenerationRules, build_plan
+from .sampling import apply_talker_rules, sample
 from .served_code_predictor import ServedCodePredictor
 from .step_buffers import DecodeRow, RowCheck, ServedRequest, StepBuffers
 from .talker import TextProjection, embed_plan
@@ -36,6 +38,10 @@ from .talker import TextProjection, embed_plan
 # official name piece -> (vLLM fused parameter, shard id)
 _STACKED = (("q_proj", "qkv_proj", "q"), ("k_proj", "qkv_proj", "k"), ("v_proj", "qkv_proj", "v"),
             ("gate_proj", "gate_up_proj", 0), ("up_proj", "gate_up_proj", 1))
+
+
+# The draw of codebook 0 in a frame's counter noise: the code predictor's codebooks 1..15 take draws 0..14.
+CODEBOOK0_DRAW = 15
 
 
 @support_torch_compile(dynamic_arg_dims={"positions": -1, "inputs_embeds": 0})
@@ -86,6 +92,9 @@ class Qwen3TTSForVllm(nn.Module):
         self.tables = PromptTables.from_config(config)
         rules = TalkerGenerationRules.from_tables(self.tables)
         self.eos_id = rules.eos_id
+        self.rules = rules
+        # an id the talker never emits: decode rows' marks of generated ids go there for padding rows
+        self.inert_id = min(rules.suppressed_ids)
         suppressed = torch.zeros(config.talker_config.vocab_size, dtype=torch.bool)
         suppressed[list(rules.suppressed_ids)] = True
         self.register_buffer("suppressed", suppressed, persistent=False)
@@ -103,7 +112,7 @@ class Qwen3TTSForVllm(nn.Module):
             weight = self.talker.codec_head.weight
             max_tokens, max_seqs = self._buffer_shape
             self.buffers = StepBuffers(max(max_tokens, max_seqs), max_seqs, weight.shape[1], weight.dtype,
-                                       weight.device)
+                                       weight.device, vocab_size=weight.shape[0])
             self._free_slots = list(range(max_seqs - 1, -1, -1))
         return self.buffers
 
@@ -122,8 +131,11 @@ class Qwen3TTSForVllm(nn.Module):
         seed = job.seed if job.seed is not None else int.from_bytes(os.urandom(4), "little")
         # the slot is taken only once the request is whole (ServedRequest checks its values)
         req = ServedRequest(req_id, -1, prompt_len, prefill, plan.trailing_text_ids,
-                            plan.tts_pad_id, job.fixed_length, cp.temperature, cp.top_k, cp.top_p, seed)
+                            plan.tts_pad_id, job.fixed_length, cp.temperature, cp.top_k, cp.top_p, seed,
+                            talker_sampling=(job.talker.temperature, job.talker.top_k, job.talker.top_p,
+                                             job.talker.repetition_penalty))
         req.slot = self._free_slots.pop()
+        self.buffers.seen[req.slot] = False  # its repetition penalty starts from no generated ids
         self.requests[req_id] = req
         return req
 
@@ -197,6 +209,10 @@ class Qwen3TTSForVllm(nn.Module):
         rows = buf.decode_row_index[:k].clamp(max=n - 1)
         codes = torch.cat([buf.cp_c0[:k, None], buf.cp_codes[:k]], dim=1)
         buf.frame_codes[:n].index_copy_(0, rows, codes)  # padding repeats a real row: equal values, no race
+        # codebook 0 of each decode row's frame joins its request's generated ids (the repetition penalty's set)
+        generated = torch.where(buf.is_decode.index_select(0, rows), buf.cp_c0[:k], self.inert_id)
+        buf.seen.index_put_((buf.read_slot.index_select(0, rows), generated),
+                            torch.ones_like(generated, dtype=torch.bool))
         text = talker.text_projection(talker.model.text_embedding(buf.text_ids.index_select(0, rows)))
         frame = talker.code_predictor.frame_embedding(codes) + text
         decode_embeds = torch.zeros_like(buf.prefill_embeds[:n]).index_copy_(0, rows, frame)
@@ -215,12 +231,24 @@ class Qwen3TTSForVllm(nn.Module):
         return self.served_cp
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Codebook 0 is drawn here, with the official talker rules and the request's counter noise (seed, tokens
+        generated so far), so a request's codes do not depend on its batch; vLLM gets the drawn id as the only
+        finite logit, which any of its samplers keeps."""
         logits = self.talker.codec_head(hidden_states).float()
         rows = hidden_states.shape[0]
+        buf = self.buffers
+        if buf is None or rows > buf.max_tokens:  # vLLM's dummy runs before any request
+            return logits.masked_fill(self.suppressed, float("-inf"))
         mask = self.suppressed[None, :].expand(rows, -1).clone()
-        if self.buffers is not None and rows <= self.buffers.max_tokens:
-            mask[:, self.eos_id] = self.buffers.suppress_eos[:rows]
-        return logits.masked_fill(mask, float("-inf"))
+        mask[:, self.eos_id] = buf.suppress_eos[:rows]
+        seen = buf.seen.index_select(0, buf.sample_slot[:rows])
+        steps = buf.sample_step[:rows]
+        processed = apply_talker_rules(logits, self.rules, steps, mask, seen, buf.sample_penalty[:rows])
+        ids = torch.arange(logits.shape[1], device=logits.device).expand(rows, -1)
+        noise = uniform_noise_at(buf.sample_seed[:rows], steps, CODEBOOK0_DRAW, ids)
+        chosen = sample(processed, buf.sample_temperature[:rows], buf.sample_top_k[:rows], buf.sample_top_p[:rows],
+                        uniform=noise)
+        return torch.full_like(logits, float("-inf")).scatter_(1, chosen[:, None], 0.0)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         params = dict(self.named_parameters())
