@@ -48,8 +48,11 @@ def test_icl_and_x_vector_cloning_stream_audio(base_server):
 
 def test_cloning_inputs_are_checked(base_server):
     assert "ref_text" in clone(base_server, ref_text=None).json()["error"]["message"]
-    wrong_rate = wav_b64(np.zeros(16000, dtype=np.float32) + 0.1, 16000)
-    assert "24000" in clone(base_server, ref_audio=wrong_rate).json()["error"]["message"]
+    other_rate = wav_b64(0.3 * np.sin(np.arange(16000) * 2 * np.pi * 180 / 16000).astype(np.float32), 16000)
+    resampled = clone(base_server, ref_audio=other_rate)  # a 16 kHz clip is resampled, not refused
+    assert resampled.status_code == 200 and len(resampled.content) == 8 * 1920 * 2, resampled.text[:200]
+    not_audio = clone(base_server, ref_audio=base64.b64encode(b"not a sound file").decode())
+    assert not_audio.status_code == 400 and "ref_audio" in not_audio.json()["error"]["message"]
     no_ref = requests.post(f"{base_server}/v1/audio/speech", timeout=60,
                            json={"model": SERVED_NAME, "input": "Hi.", "task_type": "Base"})
     assert no_ref.status_code == 400 and "ref_audio" in no_ref.json()["error"]["message"]
