@@ -36,7 +36,7 @@ until curl -sf "http://127.0.0.1:$port/health" > /dev/null; do
 done
 echo "healthy after $(( $(date +%s) - started )) s" | tee "$out/startup.txt"
 if [ -n "${PROBE_FIRST:-}" ]; then  # a few streamed requests first (quick look at first-audio times)
-  python3 scripts/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" ${PROBE_ARGS:-}
+  python3 benchmarks/gpu_host/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" ${PROBE_ARGS:-}
 fi
 if [ -n "${ABLATION_ARGS:-}" ]; then  # the codec modes side by side, switched live (POST /voxserve/mode)
   python3 -m benchmarks ablation --base-url "http://127.0.0.1:$port" --model qwen3-tts --fixed-length \
@@ -45,5 +45,5 @@ elif [ -n "${SEARCH_ARGS:-}" ]; then  # SLO capacity search with the benchmark s
   python3 -m benchmarks search --base-url "http://127.0.0.1:$port" --model qwen3-tts --fixed-length \
     --no-progress --out "$out/search" $SEARCH_ARGS
 else
-  python3 scripts/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" ${PROBE_ARGS:-}
+  python3 benchmarks/gpu_host/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" ${PROBE_ARGS:-}
 fi
