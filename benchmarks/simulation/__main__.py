@@ -9,6 +9,7 @@ Examples (the paper's protocol: 60 s per rate, three seeds):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -27,10 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="paper_h100", choices=sorted(GPUS),
                         help="simulated GPU: its cost seed and the policy sizes it was served with")
     parser.add_argument("--config", default="{}", help="JSON overrides of SchedulerPolicyConfig")
+    parser.add_argument("--gpu-config", default="{}",
+                        help='JSON overrides of the simulated GPU (GpuModel), e.g. {"host_per_row_s": 1e-5}')
     parser.add_argument("--out", type=Path, default=Path("simulation.json"))
     args = parser.parse_args(argv)
 
     policy, gpu = GPUS[args.gpu]
+    gpu = dataclasses.replace(gpu, **json.loads(args.gpu_config))
     overrides = json.loads(args.config)
     if "demand_horizons_s" in overrides:
         overrides["demand_horizons_s"] = tuple(overrides["demand_horizons_s"])

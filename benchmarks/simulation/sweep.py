@@ -23,6 +23,9 @@ MODES = {
     "deadline_aware_ours": {"admission_mode": "deadline_aware", "overload_mode": "off"},
     # ours: deadline-aware, plus 503 + Retry-After past capacity
     "deadline_aware_shed": {"admission_mode": "deadline_aware", "overload_mode": "reject"},
+    # the same without the in-progress limit learned from delivered first audio: the cost model's rules alone
+    "deadline_aware_shed_model": {"admission_mode": "deadline_aware", "overload_mode": "reject",
+                                  "feedback_limit": False},
     # the same, admission weighing the backbone's frame rate alone (not the codec lane's)
     "deadline_aware_shed_backbone": {"admission_mode": "deadline_aware", "overload_mode": "reject",
                                      "codec_admission": False},

@@ -145,7 +145,7 @@ class SpeechPolicyMixin:
         # Its own SLO: judge it with T = its SLO, every arrival moved into that frame (deadlines unchanged).
         shift = self.speech_policy.ttfa_target_s - slo_s
         guard = OverloadGuard(self.speech_policy.replace(ttfa_target_s=slo_s), self.planner.costs,
-                              self.planner.overload.capacity)
+                              self.planner.overload.capacity, self.planner.overload.limit)
 
         def moved(item):
             return dataclasses.replace(item, arrival_time=item.arrival_time + shift)

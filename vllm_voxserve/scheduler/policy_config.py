@@ -63,6 +63,9 @@ class SchedulerPolicyConfig:
     # weigh the background codec lane's frame rate at arrival beside the backbone's; off, the backbone's alone (the
     # guard before the codec lane was modelled: past capacity it admitted what the codec lane could not decode)
     codec_admission: bool = True
+    # bound the requests in progress by a limit learned from the first audio delivered (concurrency_limit.py): the
+    # feedback that holds goodput where the cost model overestimates what the server keeps on time
+    feedback_limit: bool = True
     demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
     min_retry_after_s: float = 1.0
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
@@ -93,7 +96,7 @@ class SchedulerPolicyConfig:
             )
         if self.admission_mode not in ADMISSION_MODES:
             raise ValueError(f"admission_mode must be one of {ADMISSION_MODES}, got {self.admission_mode!r}")
-        for name in ("count_late_requests", "waiting_deadlines", "codec_admission"):
+        for name in ("count_late_requests", "waiting_deadlines", "codec_admission", "feedback_limit"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.forced_admission not in FORCED_ADMISSIONS:
