@@ -28,7 +28,6 @@ def test_lanes_default_to_the_chunk_sizes_and_round_trip():
     ({"split": {"sms": 8}}, "unknown voxserve.lanes.split keys"),
     ({"split": 8}, "must be an object"),
     ({"backbone_priority": "urgent"}, "backbone_priority must be one of"),
-    ({"lm_partition": True}, "with voxserve.lanes.lm_partition set it to 'least'"),
     (3, "must be an object"),
 ])
 def test_bad_lanes_fail_at_start_up(lanes, message):
@@ -41,10 +40,6 @@ def test_the_cost_models_codec_share_follows_the_split_unless_the_policy_sets_it
     assert VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}}).scheduler_policy().codec_sms == 24
     own = VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}, "scheduler": {"codec_sms": 40}})
     assert own.scheduler_policy().codec_sms == 40
-
-
-def test_the_lm_partition_runs_with_the_least_backbone_priority():
-    assert VoxServeConfig.from_dict({"lanes": {"lm_partition": True, "backbone_priority": "least"}}).lanes.lm_partition
 
 
 @pytest.mark.parametrize("setting, least, greatest, priority", [
