@@ -4,17 +4,15 @@
 #   source scripts/gpu_env.sh .gpu && bash scripts/gpu_session.sh collect   # waits (<= 570 s), snapshots into $OUT
 # Call `collect` again within the host's 30 s warm window until it prints "all done".
 # GPU 0 (cores 0-15): the microbenchmarks named in GPU0_PARTS_BEFORE, then the issue-7 ablation on one server
-#   (scripts/gpu_issue7.sh) with CONFIG (GPU0_CODEC_FASTEST=1: with the codec forms GPU0_PARTS_BEFORE's `codec` part
-#   timed fastest, as GPU1_CODEC_FASTEST below; GPU0_SPLIT_FROM_FIG3=1: with the codec SMs its `fig3` part chose); modes, seeds and budgets from GPU0_MODES (empty: no server), SEEDS,
+#   (scripts/gpu_issue7.sh) with CONFIG (GPU0_SPLIT_FROM_FIG3=1: with the codec SMs the `fig3` part of
+#   GPU0_PARTS_BEFORE chose); modes, seeds and budgets from GPU0_MODES (empty: no server), SEEDS,
 #   GPU0_BUDGET_S, START_RATE; then the microbenchmarks named in GPU0_PARTS. On one GPU (`nvidia-h200`) set
 #   GPU1_PARTS=none GPU1_MODES= . GPU0_SERVE_ARGS: more `vllm serve` arguments for that server. GPU0_FIRST_MODES:
 #   before it, a first server with GPU0_FIRST_SERVE_ARGS (and GPU0_FIRST_CONFIG, default CONFIG) and a capacity
 #   search of these modes from GPU0_FIRST_START (GPU0_FIRST_BUDGET_S, GPU0_FIRST_T), results under gpu0/first. GPU 1 (cores 16-31): the microbenchmarks named in GPU1_PARTS ("none": skip)
 #   (scripts/gpu_microbench.sh), then, unless GPU1_MODES is empty, a second server (GPU1_CONFIG, default CONFIG) and a
 #   capacity search of GPU1_MODES with GPU1_SEEDS (or, with GPU1_PROFILE_RATE, scripts/gpu_profile_step.sh at that
-#   rate), then the microbenchmarks named in GPU1_PARTS_AFTER; GPU1_SERVE_ARGS: more `vllm serve` arguments there. GPU1_CODEC_FASTEST=1: that server runs the codec's convs in
-#   the form GPU 1's `codec` part timed fastest (channels-last, low-rate convs as matmuls: codec_layout_choice.py), and
-#   so does its Figure 3 after. Two servers at once: same commit, settings and GPU
+#   rate), then the microbenchmarks named in GPU1_PARTS_AFTER; GPU1_SERVE_ARGS: more `vllm serve` arguments there. Two servers at once: same commit, settings and GPU
 #   model.
 # Each job runs in its own process session (setsid), so it outlives the call that started it while the host is warm.
 set -uo pipefail
@@ -28,7 +26,7 @@ start)
   config=${CONFIG:-'{"voxserve":{"admin_routes":true,"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
   CUDA_VISIBLE_DEVICES=0 OUT=$root/gpu0 RES=$root/gpu0/run OURS_T=${GPU0_T:-1300} SEEDS=${SEEDS:-0,1,2} \
     MODES=${GPU0_MODES-vllm-stock,inline,lanes} BUDGET_S=${GPU0_BUDGET_S:-420} VOXSERVE_CONFIG=$config \
-    GPU0_PARTS=${GPU0_PARTS:-} GPU0_PARTS_BEFORE=${GPU0_PARTS_BEFORE:-} GPU0_CODEC_FASTEST=${GPU0_CODEC_FASTEST:-} \
+    GPU0_PARTS=${GPU0_PARTS:-} GPU0_PARTS_BEFORE=${GPU0_PARTS_BEFORE:-} \
     GPU0_SPLIT_FROM_FIG3=${GPU0_SPLIT_FROM_FIG3:-} GPU0_FIRST_MODES=${GPU0_FIRST_MODES:-} \
     GPU0_FIRST_SERVE_ARGS=${GPU0_FIRST_SERVE_ARGS:-} GPU0_FIRST_BUDGET_S=${GPU0_FIRST_BUDGET_S:-200} \
     GPU0_FIRST_T=${GPU0_FIRST_T:-600} GPU0_FIRST_CONFIG=${GPU0_FIRST_CONFIG:-} GPU0_FIRST_START=${GPU0_FIRST_START:-} \
@@ -37,13 +35,8 @@ start)
       [ -z "$GPU0_PARTS_BEFORE" ] || RES=$OUT/micro_before PARTS=$GPU0_PARTS_BEFORE bash scripts/gpu_microbench.sh \
         > "$OUT/micro_before.txt" 2>&1
       if [ -n "$GPU0_SPLIT_FROM_FIG3" ]; then  # the codec SMs that the fig3 part of GPU0_PARTS_BEFORE chose
-        VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice --split-from "$OUT/micro_before/fig3.json" \
+        VOXSERVE_CONFIG=$(python3 -m benchmarks.split_chooser --split-from "$OUT/micro_before/fig3.json" \
           "$VOXSERVE_CONFIG" 2>> "$OUT/codec_choice.txt")
-      fi
-      if [ -n "$GPU0_CODEC_FASTEST" ]; then  # as GPU1_CODEC_FASTEST, from the codec part of GPU0_PARTS_BEFORE
-        VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$OUT/micro_before/codec_step.json" \
-          "$VOXSERVE_CONFIG" 2>> "$OUT/codec_choice.txt")
-        export FIG3_ARGS="${FIG3_ARGS:-} $(python3 -m benchmarks.codec_layout_choice --fig3-flags "$VOXSERVE_CONFIG")"
       fi
       if [ -n "$GPU0_FIRST_MODES" ]; then  # a first server with other `vllm serve` arguments, its own results
         mkdir -p "$OUT/first"
@@ -59,7 +52,7 @@ start)
     VOXSERVE_CONFIG=${GPU1_CONFIG:-$config} GPU1_MODES=${GPU1_MODES-lanes} SEEDS=${GPU1_SEEDS:-0} \
     START_RATE=${GPU1_START:-16} BUDGET_S=${GPU1_BUDGET_S:-200} OURS_T=${GPU1_T:-420} \
     GPU1_PROFILE_RATE=${GPU1_PROFILE_RATE:-} GPU0_MAKES_CKPT=${GPU0_MODES-x} GPU1_PARTS_AFTER=${GPU1_PARTS_AFTER:-} \
-    GPU1_CODEC_FASTEST=${GPU1_CODEC_FASTEST:-} GPU1_SERVE_ARGS=${GPU1_SERVE_ARGS:-} \
+    GPU1_SERVE_ARGS=${GPU1_SERVE_ARGS:-} \
     CKPT=${CKPT:-/tmp/qwen3-tts-1.7b-customvoice-random} CKPT_SETTLE_S=${CKPT_SETTLE_S:-20} setsid "${pin1[@]}" bash -c '
       [ "$PARTS" = none ] || bash scripts/gpu_microbench.sh > "$OUT/micro.txt" 2>&1
       if [ -n "$GPU1_PROFILE_RATE" ]; then  # profile served steps under load instead of a second capacity search
@@ -72,11 +65,6 @@ start)
       elif [ -n "$GPU1_MODES" ]; then
         while [ ! -e "$CKPT/vocab.json" ]; do sleep 5; done  # GPU 0 makes it
         sleep "$CKPT_SETTLE_S"
-        if [ -n "$GPU1_CODEC_FASTEST" ]; then  # a conv form only where this session timed it faster
-          VOXSERVE_CONFIG=$(python3 -m benchmarks.codec_layout_choice "$RES/codec_step.json" "$VOXSERVE_CONFIG" \
-            2>> "$OUT/variant_choice.txt")
-          export FIG3_ARGS="${FIG3_ARGS:-} $(python3 -m benchmarks.codec_layout_choice --fig3-flags "$VOXSERVE_CONFIG")"
-        fi
         OUT=$OUT/variant RES=$OUT/run PORT=8001 MODES=$GPU1_MODES EXTRA_SERVE_ARGS=$GPU1_SERVE_ARGS bash scripts/gpu_issue7.sh \
           > "$OUT/variant.txt" 2>&1
       fi
