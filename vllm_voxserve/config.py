@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 
@@ -73,9 +73,12 @@ class LaneSplitConfig:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class LanesConfig:
-    """`voxserve.lanes`: the codec lanes of the `lanes` codec mode, i.e. `codec_lanes.LaneConfig` without its slot
-    count (that is `voxserve.max_codec_slots`), plus the SM split. Pure: the worker builds LaneConfig / SplitSpec."""
+class LaneExecutables:
+    """The codec lanes' executables: what `LanesConfig` (adding the SM split and the backbone's priority) and
+    `codec_lanes.LaneConfig` (adding the slot count, `voxserve.max_codec_slots`) share."""
+
+    # the section named in errors
+    WHERE: ClassVar[str] = "voxserve.lanes"
 
     frame_counts: tuple[int, ...] = ()  # chunk lengths with executables; () means the configured chunk sizes
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes of the urgent lane's executables
@@ -86,6 +89,27 @@ class LanesConfig:
     # so the codec partition does not idle until the next engine step feeds it
     background_depth: int = 2
     use_graphs: bool = True  # CUDA graphs per (bucket, frames); ignored on CPU
+
+    def __post_init__(self) -> None:
+        for name in ("frame_counts", "urgent_buckets"):
+            values = getattr(self, name)
+            if not isinstance(values, tuple):
+                raise ValueError(f"{self.WHERE}.{name} must be a list of positive integers, got {values!r}")
+            for value in values:
+                _check_positive_int(f"{self.WHERE}.{name}", value)
+        if not self.urgent_buckets:
+            raise ValueError(f"{self.WHERE}.urgent_buckets must not be empty")
+        _check_positive_int(f"{self.WHERE}.background_max_batch", self.background_max_batch)
+        _check_positive_int(f"{self.WHERE}.background_depth", self.background_depth)
+        if not isinstance(self.use_graphs, bool):
+            raise ValueError(f"{self.WHERE}.use_graphs must be true or false, got {self.use_graphs!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LanesConfig(LaneExecutables):
+    """`voxserve.lanes`: the codec lanes of the `lanes` codec mode (their executables, the SM split) and the
+    backbone's stream priority. Pure: the worker builds `codec_lanes.LaneConfig` / `SplitSpec` from it."""
+
     split: LaneSplitConfig = LaneSplitConfig()
     # The stream priority the backbone's graphs are captured at and its eager work runs at (GPU). "least": vLLM's
     # own stream, the background codec lane's priority: an SM that frees up takes a pending block of either. "high"
@@ -97,21 +121,10 @@ class LanesConfig:
     backbone_priority: str = "high"
 
     def __post_init__(self) -> None:
+        LaneExecutables.__post_init__(self)  # (zero-argument super() fails in a slots dataclass)
         if self.backbone_priority not in BACKBONE_PRIORITIES:
             raise ValueError(f"voxserve.lanes.backbone_priority must be one of {list(BACKBONE_PRIORITIES)}, got "
                              f"{self.backbone_priority!r}")
-        for name in ("frame_counts", "urgent_buckets"):
-            values = getattr(self, name)
-            if not isinstance(values, tuple):
-                raise ValueError(f"voxserve.lanes.{name} must be a list of positive integers, got {values!r}")
-            for value in values:
-                _check_positive_int(f"voxserve.lanes.{name}", value)
-        if not self.urgent_buckets:
-            raise ValueError("voxserve.lanes.urgent_buckets must not be empty")
-        _check_positive_int("voxserve.lanes.background_max_batch", self.background_max_batch)
-        _check_positive_int("voxserve.lanes.background_depth", self.background_depth)
-        if not isinstance(self.use_graphs, bool):
-            raise ValueError(f"voxserve.lanes.use_graphs must be true or false, got {self.use_graphs!r}")
         if not isinstance(self.split, LaneSplitConfig):
             raise ValueError(f"voxserve.lanes.split must be an object, got {self.split!r}")
 
