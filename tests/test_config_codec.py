@@ -11,7 +11,8 @@ REMOVED = {
     "codec_conv_tma": False, "codec_conv_1x1_as_mm": True, "codec_layout_optimization": False,
     "codec_bounded_shapes": True, "codec_dynamic_frames": True,
 }
-REMOVED_NESTED = [("lanes", "lm_partition", True)]
+REMOVED_NESTED = [("lanes", "lm_partition", True), ("scheduler", "forced_admission", "oldest"),
+                  ("scheduler", "count_late_requests", True), ("scheduler", "waiting_deadlines", False)]
 
 
 def test_the_codec_compiles_on_the_gpu_by_default():
@@ -33,6 +34,6 @@ def test_a_removed_codec_switch_fails_at_start_up_naming_it(key):
 
 
 @pytest.mark.parametrize(("section", "key", "value"), REMOVED_NESTED)
-def test_a_removed_lanes_switch_fails_at_start_up_naming_it(section, key, value):
+def test_a_removed_lanes_or_policy_switch_fails_at_start_up_naming_it(section, key, value):
     with pytest.raises(ValueError, match=key):
         VoxServeConfig.from_additional_config({"voxserve": {section: {key: value}}})
