@@ -130,10 +130,10 @@ def rows(instance: Any, prefix: str = "", skip: frozenset[str] = frozenset()) ->
 
 
 def mirrored_keys() -> tuple[str, ...]:
-    """Policy keys set at the top level only (the scheduler section refuses them)."""
+    """Policy keys set at the top level or derived (the scheduler section refuses them)."""
     from vllm_voxserve import config
 
-    return tuple(getattr(config, "_POLICY_FROM_TOP_LEVEL", ()))
+    return tuple(getattr(config, "_POLICY_FROM_TOP_LEVEL", ())) + tuple(getattr(config, "_POLICY_DERIVED", ()))
 
 
 def table(instance: Any) -> str:

@@ -35,11 +35,20 @@ def test_bad_lanes_fail_at_start_up(lanes, message):
         VoxServeConfig.from_dict({"lanes": lanes})
 
 
-def test_the_cost_models_codec_share_follows_the_split_unless_the_policy_sets_its_own():
+def test_the_cost_models_codec_share_and_the_policys_batches_follow_the_lanes():
     assert VoxServeConfig().scheduler_policy().codec_sms == VoxServeConfig().lanes.split.group_sms
-    assert VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}}).scheduler_policy().codec_sms == 24
-    own = VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}, "scheduler": {"codec_sms": 40}})
-    assert own.scheduler_policy().codec_sms == 40
+    lanes = {"split": {"group_sms": 24}, "background_max_batch": 32, "urgent_buckets": [1, 2]}
+    policy = VoxServeConfig.from_dict({"lanes": lanes}).scheduler_policy()
+    assert (policy.codec_sms, policy.background_max_batch, policy.urgent_max_batch) == (24, 32, 2)
+
+
+@pytest.mark.parametrize(("key", "source"), [("codec_sms", "voxserve.lanes.split"),
+                                             ("background_max_batch", "voxserve.lanes.background_max_batch"),
+                                             ("urgent_max_batch", "voxserve.lanes.urgent_buckets"),
+                                             ("frame_duration_s", "the codec's frame rate")])
+def test_derived_policy_keys_are_refused_naming_their_source(key, source):
+    with pytest.raises(ValueError, match=f"voxserve.scheduler must not set '{key}': it follows {source}"):
+        VoxServeConfig.from_dict({"scheduler": {key: 1}})
 
 
 @pytest.mark.parametrize("setting, least, greatest, priority", [

@@ -17,6 +17,14 @@ from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 ADDITIONAL_CONFIG_KEY = "voxserve"
 # Policy fields that mirror top-level voxserve fields: one place to set each (see `scheduler_policy`).
 _POLICY_FROM_TOP_LEVEL = ("ttfa_target_s", "first_chunk_frames", "chunk_frames")
+# Policy fields derived from the rest of the config or from the model, never set in `voxserve.scheduler`: where each
+# comes from.
+_POLICY_DERIVED = {
+    "frame_duration_s": "the codec's frame rate",
+    "background_max_batch": "voxserve.lanes.background_max_batch",
+    "urgent_max_batch": "voxserve.lanes.urgent_buckets",
+    "codec_sms": "voxserve.lanes.split",
+}
 
 
 class CodecMode(str, enum.Enum):
@@ -240,14 +248,16 @@ class VoxServeConfig:
         if duplicated:
             raise ValueError(f"voxserve.scheduler must not set {duplicated}: use voxserve.ttfa_slo_ms, "
                              "voxserve.first_chunk_frames and voxserve.chunk_frames")
+        for key in sorted(set(raw) & set(_POLICY_DERIVED)):
+            raise ValueError(f"voxserve.scheduler must not set {key!r}: it follows {_POLICY_DERIVED[key]}")
         raw.update(ttfa_target_s=self.ttfa_slo_ms / 1000.0, first_chunk_frames=self.first_chunk_frames,
                    chunk_frames=self.chunk_frames)
         if self.lanes.split.group == "codec":  # the cost model's seed scales the codec by its SMs: the same split
-            raw.setdefault("codec_sms", self.lanes.split.group_sms)
+            raw["codec_sms"] = self.lanes.split.group_sms
         # the policy plans batches up to the lanes' largest executables (a larger plan is cut to them, a smaller
-        # one leaves them unused): unless set apart, the same numbers
-        raw.setdefault("background_max_batch", self.lanes.background_max_batch)
-        raw.setdefault("urgent_max_batch", max(self.lanes.urgent_buckets))
+        # one leaves them unused)
+        raw.update(background_max_batch=self.lanes.background_max_batch,
+                   urgent_max_batch=max(self.lanes.urgent_buckets))
         try:
             return SchedulerPolicyConfig.from_dict(raw)
         except (TypeError, ValueError) as exc:

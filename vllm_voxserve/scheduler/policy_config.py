@@ -53,8 +53,7 @@ class SchedulerPolicyConfig:
     # (session 17's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's capacity is
     # extrapolated along it to full batches before they are measured.
     cost_seed: str = "paper_h100"
-    # SM split (LM lane SMs / background codec lane SMs); urgent and prefill work use the whole GPU
-    lm_sms: int = 100
+    # background codec lane SMs (the cost seed's codec line scales with them); urgent and prefill work use the whole GPU
     codec_sms: int = 32
 
     def __post_init__(self) -> None:
@@ -63,7 +62,7 @@ class SchedulerPolicyConfig:
         _at_least_one(
             self, "chunk_frames", "first_chunk_frames", "background_min_batch", "background_max_batch",
             "urgent_max_batch", "max_decode_batch", "max_prefills_per_step", "max_prefill_tokens",
-            "default_expected_frames", "lm_sms", "codec_sms",
+            "default_expected_frames", "codec_sms",
         )
         if not self.demand_horizons_s or any(not h > 0 for h in self.demand_horizons_s):
             raise ValueError(f"demand_horizons_s must be positive seconds, got {self.demand_horizons_s!r}")
