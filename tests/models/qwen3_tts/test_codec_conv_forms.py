@@ -86,6 +86,18 @@ def test_the_served_size_puts_every_k7_conv_on_a_matmul_or_the_tma_kernel():
     assert others and all(m.form == CONV for m in others)
 
 
+def test_a_gpu_before_hopper_keeps_torchs_conv_for_the_k7_convs(monkeypatch):
+    from vllm_voxserve.models.qwen3_tts.codec import layers
+
+    assert layers.has_tma(torch.device("cpu")) and layers.has_tma(torch.device("meta"))
+    monkeypatch.setattr(layers, "has_tma", lambda device: False)
+    with torch.device("meta"):
+        decoder = CodecDecoder(CodecDecoderConfig())
+    serve_conv_forms(decoder)
+    forms = [u.conv1.form for u in decoder.modules() if isinstance(u, ResidualUnit)]
+    assert forms.count(GEMM) == 2 and forms.count(CONV) == 10
+
+
 def test_small_channels_stay_on_torchs_conv_and_stream_the_full_decode():
     """The small decoder: the 48-channel block's k7 convs on the TMA kernel, the narrower ones (channels no multiple of
     16) on torch's conv; on CPU the operator is torch's conv: the plain decoder's full decode."""

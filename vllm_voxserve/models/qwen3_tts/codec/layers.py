@@ -60,25 +60,34 @@ class CausalConv1d(nn.Module):
 
 
 def serve_conv_forms(module: nn.Module) -> None:
-    """Choose each causal conv's form under `module` (a decoder), once, before it is compiled or served:
+    """Choose each causal conv's form under `module` (a decoder, on its device), once, before it is compiled or
+    served:
     - the residual units' dilated convs of at least WIDE_DILATED_CHANNELS channels: GEMM;
-    - the residual units' other k7 convs: TMA where the kernel takes their channels (every one at the served size),
-      their weight stored tap-major (same values; the kernel reads one tap's [out, in] block at a time); with
-      cuDNN's convs they spent most of a 64-chunk batch in layout conversions on the H200;
+    - the residual units' other k7 convs: TMA where the kernel takes their channels (every one at the served size) and
+      the device has TMA (a GPU before Hopper keeps CONV; on CPU the operator is torch's conv, so CPU runs check
+      this path), their weight stored tap-major (same values; the kernel reads one tap's [out, in] block at a time);
+      with cuDNN's convs they spent most of a 64-chunk batch in layout conversions on the H200;
     - a conv to one channel (the last): ONE_CHANNEL, too few output channels for cuDNN's tensor-core kernels;
     - every other conv: CONV."""
+    tma_device = has_tma(next(module.parameters()).device)
     for unit in module.modules():
         if isinstance(unit, ResidualUnit):
             conv = unit.conv1.conv
             if conv.dilation[0] > 1 and conv.groups == 1 and conv.in_channels >= WIDE_DILATED_CHANNELS:
                 unit.conv1.form = GEMM
-            elif conv.groups == 1 and tma_supports(conv.in_channels, conv.out_channels):
+            elif tma_device and conv.groups == 1 and tma_supports(conv.in_channels, conv.out_channels):
                 tap_major = conv.weight.detach().permute(2, 0, 1).contiguous().permute(1, 2, 0)
                 conv.weight = nn.Parameter(tap_major, requires_grad=False)
                 unit.conv1.form = TMA
     for conv_module in module.modules():
         if isinstance(conv_module, CausalConv1d) and conv_module.conv.out_channels == 1 and conv_module.conv.groups == 1:
             conv_module.form = ONE_CHANNEL
+
+
+def has_tma(device: torch.device) -> bool:
+    """Whether the TMA conv kernel runs on `device`: a GPU of compute capability 9.0 (Hopper) or later, or any other
+    device, where the operator is torch's conv."""
+    return device.type != "cuda" or torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def one_channel_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
