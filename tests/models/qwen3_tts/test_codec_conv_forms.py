@@ -82,7 +82,8 @@ def test_the_served_size_puts_every_k7_conv_on_a_matmul_or_the_tma_kernel():
     assert [(c.conv.in_channels, c.conv.dilation[0]) for c in units if c.form == GEMM] == [(768, 3), (768, 9)]
     assert all(c.form == TMA for c in units if c.form != GEMM) and len(units) == 12
     assert decoder.decoder[-1].form == ONE_CHANNEL
-    others = [m for m in decoder.modules() if isinstance(m, CausalConv1d) and m not in units and m.conv.out_channels > 1]
+    others = [m for m in decoder.modules()
+              if isinstance(m, CausalConv1d) and m not in units and m.conv.out_channels > 1]
     assert others and all(m.form == CONV for m in others)
 
 

@@ -79,9 +79,9 @@ def serve_conv_forms(module: nn.Module) -> None:
                 tap_major = conv.weight.detach().permute(2, 0, 1).contiguous().permute(1, 2, 0)
                 conv.weight = nn.Parameter(tap_major, requires_grad=False)
                 unit.conv1.form = TMA
-    for conv_module in module.modules():
-        if isinstance(conv_module, CausalConv1d) and conv_module.conv.out_channels == 1 and conv_module.conv.groups == 1:
-            conv_module.form = ONE_CHANNEL
+    for conv in module.modules():
+        if isinstance(conv, CausalConv1d) and conv.conv.out_channels == 1 and conv.conv.groups == 1:
+            conv.form = ONE_CHANNEL
 
 
 def has_tma(device: torch.device) -> bool:
