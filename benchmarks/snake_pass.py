@@ -18,7 +18,7 @@ import json
 import torch
 
 from benchmarks.codec_conv_tiles import time_ms
-from vllm_voxserve.models.qwen3_tts.codec.conv_kernels import snake
+from vllm_voxserve.models.qwen3_tts.codec.layers import snake
 
 
 def main() -> None:

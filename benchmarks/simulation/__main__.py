@@ -2,8 +2,8 @@
 
 Examples (the paper's protocol: 60 s per rate, three seeds):
     python -m benchmarks.simulation --rates 30:84:6 --window 60 --seeds 0,1,2 --out sim.json
-    python -m benchmarks.simulation --gpu h200 --modes deadline_aware_ours,deadline_aware_shed \
-        --reference deadline_aware_ours --rates 120:200:10 --overload-factors 1.5,2 --out h200.json
+    python -m benchmarks.simulation --gpu h200 --modes deadline_aware,deadline_aware_shed \
+        --reference deadline_aware --rates 120:200:10 --overload-factors 1.5,2 --out h200.json
 """
 
 from __future__ import annotations

@@ -13,14 +13,11 @@ from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 MODES = {
     # the paper's baseline LM policy: admit every prefill at once, decode in arrival order
     "prefill_first": {"admission_mode": "prefill_first", "overload_mode": "off"},
-    # the paper's VoxServe: deadline-aware admission (its literal slack rule) and least-slack decode order
-    "deadline_aware": {
-        "admission_mode": "deadline_aware", "overload_mode": "off", "count_late_requests": True,
-        "forced_admission": "oldest", "waiting_deadlines": False,
-    },
-    # ours without shedding: requests already late left out of the slack, a full prefill when a deferral ends, no
-    # deferral past the oldest waiting request's own deadline
-    "deadline_aware_ours": {"admission_mode": "deadline_aware", "overload_mode": "off"},
+    # VoxServe's deadline-aware admission and least-slack decode order, without shedding (as served: requests already
+    # late left out of the slack, a full prefill when a deferral ends, no deferral past the oldest waiting request's
+    # own deadline, where the paper's literal rule counts late requests, admits the oldest alone and weighs the
+    # running requests only)
+    "deadline_aware": {"admission_mode": "deadline_aware", "overload_mode": "off"},
     # ours: deadline-aware, plus 503 + Retry-After past capacity
     "deadline_aware_shed": {"admission_mode": "deadline_aware", "overload_mode": "reject"},
     # the same without the in-progress limit learned from delivered first audio: the cost model's rules alone

@@ -107,9 +107,9 @@ def test_factory_picks_the_scheduler_vllm_would():
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_prefill_deferred_while_a_stream_is_short_of_slack_then_admitted_within_100_ms(async_scheduling):
-    # the running request's slack alone decides (b's own first chunk is past saving here: with waiting_deadlines it
-    # would go in at once, test_planner's cases)
-    scheduler, clock = build({"waiting_deadlines": False}, async_scheduling=async_scheduling)
+    # the running request's slack decides (b's own first chunk is past saving here, so its deadline does not count:
+    # test_planner's cases)
+    scheduler, clock = build(async_scheduling=async_scheduling)
     scheduler.add_request(speech_request("a", clock))
     for _ in range(2):
         step(scheduler, clock)  # a: prefill, then its first decode
@@ -131,7 +131,7 @@ def test_prefill_deferred_while_a_stream_is_short_of_slack_then_admitted_within_
 
 
 def test_held_request_is_back_in_vllms_waiting_queue_between_steps():
-    scheduler, clock = build({"waiting_deadlines": False})
+    scheduler, clock = build()
     scheduler.add_request(speech_request("a", clock))
     step(scheduler, clock)
     step(scheduler, clock)
@@ -153,7 +153,7 @@ def test_prefill_first_admits_at_once():
 
 def test_prefill_first_switched_on_live_admits_at_once_and_the_configured_mode_comes_back():
     """`lanes+prefill_first` on a deadline-aware server (serving_mode.py): the same costs, the other admission."""
-    scheduler, clock = build({"waiting_deadlines": False})
+    scheduler, clock = build()
     costs = scheduler.planner.costs
     scheduler.set_policy(stock=False, admission_mode="prefill_first")
     assert scheduler.admission_mode == "prefill_first" and scheduler.planner.costs is costs

@@ -57,9 +57,7 @@ class LaneDispatch:
                  deliver: Callable[[str, torch.Tensor], None], ended: Callable[[str, str | None], None],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.deliver, self.ended, self.clock = deliver, ended, clock
-        policy = config.scheduler_policy()
-        if "frame_duration_s" not in config.scheduler:  # the codec knows its frame length
-            policy = policy.replace(frame_duration_s=1.0 / program.frame_rate_hz)
+        policy = config.scheduler_policy().replace(frame_duration_s=1.0 / program.frame_rate_hz)  # the codec's
         self.planner = Planner(policy)
         lanes = config.lanes
         lane_config = LaneConfig(max_requests=config.max_codec_slots, frame_counts=lanes.frame_counts,

@@ -10,7 +10,6 @@ import torch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker
 
-from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
 from vllm_voxserve.compat import capture_vllm_graphs_on
 from vllm_voxserve.config import VoxServeConfig, backbone_stream_priority
 from vllm_voxserve.scheduler.adapter import attach_report
@@ -44,16 +43,9 @@ class VoxServeGPUWorker(Worker):
         return result
 
     def _compile_or_warm_up(self):
-        """vLLM captures its graphs on one of our streams (`compat.capture_vllm_graphs_on`): with
-        `voxserve.lanes.backbone_priority` above the least, a stream of that priority (a graph runs at its capture
-        stream's priority); with `voxserve.lanes.lm_partition` (Model Runner V2), the LM partition's green stream, and
-        the codec lanes later take the complementary SMs of the same split. The config allows one of the two."""
-        lanes, stream = self.lanes_config, self.backbone_capture_stream
-        if stream is None and lanes.lm_partition and hasattr(self.model_runner, "cudagraph_manager"):  # MRV2 only
-            partitions = shared_partitions(SplitSpec(lanes.split.group, lanes.split.group_sms, self.device.index or 0))
-            logger.info("voxserve: capturing the backbone's CUDA graphs on the LM partition (%d of %d SMs)",
-                        partitions.lm_sms, partitions.total_sms)
-            stream = partitions.lm_stream
+        """With `voxserve.lanes.backbone_priority` above the least, vLLM captures its graphs on a stream of that
+        priority (`compat.capture_vllm_graphs_on`; a graph runs at its capture stream's priority)."""
+        stream = self.backbone_capture_stream
         if stream is None:
             return super().compile_or_warm_up_model()
         with capture_vllm_graphs_on(stream):

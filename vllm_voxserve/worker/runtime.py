@@ -16,7 +16,7 @@ import torch
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.fault_injection import FaultPlan
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder
-from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram, form_arguments
+from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
@@ -39,9 +39,7 @@ class SpeechRuntime:
         dtype = _DTYPES[config.codec_dtype if config.codec_dtype != "auto" else
                         "bfloat16" if device.type == "cuda" else "float32"]
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
-        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
-                                    shape_bounds=config.codec_call_bounds() if config.codec_bounded_shapes else None,
-                                    **form_arguments(config))
+        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda")
         self.fault = FaultPlan.from_env()  # tests only: None unless the server's environment asks for a fault
         self.pipeline = AudioPipeline(program, config, AudioSender(), device, fault=self.fault)
         # Requests this worker failed (or that carry no job) -> the error sent on their audio stream (None: no job).
