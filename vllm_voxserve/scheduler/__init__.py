@@ -4,7 +4,7 @@ from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost, paper
 from vllm_voxserve.scheduler.overload import Rejection
 from vllm_voxserve.scheduler.planner import Planner, StepPlan
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.report import CostSample, LaneBacklog, RequestProgress, StepReport
+from vllm_voxserve.contract import CostSample, LaneBacklog, RequestProgress, StepReport
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest
 from vllm_voxserve.scheduler.timeline import ChunkSchedule, PlaybackTimeline
 from vllm_voxserve.scheduler.urgency import ReadyChunk

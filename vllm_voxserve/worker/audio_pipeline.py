@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from vllm_voxserve.codec_lanes.executables import CodecExecutables, powers_of_two_up_to, smallest_at_least
+from vllm_voxserve.codec_lanes.executables import CodecExecutables
+from vllm_voxserve.models.batch_sizes import powers_of_two_up_to, smallest_at_least
 from vllm_voxserve.config import CodecMode, VoxServeConfig
 from vllm_voxserve.fault_injection import FaultPlan
 from vllm_voxserve.models.program import CodecProgram
