@@ -26,7 +26,12 @@ from vllm_voxserve.contract import (
     plan_hints,
 )
 from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
-from vllm_voxserve.models.qwen3_tts.job import MAX_CODE_PREDICTOR_TOP_K, CodePredictorSampling, SpeechJob, TalkerSampling
+from vllm_voxserve.models.qwen3_tts.job import (
+    MAX_CODE_PREDICTOR_TOP_K,
+    CodePredictorSampling,
+    SpeechJob,
+    TalkerSampling,
+)
 from vllm_voxserve.models.qwen3_tts.prompt import PromptTables, SpeechPrompt, build_plan
 from vllm_voxserve.models.qwen3_tts.tokenizer import (
     encode_instruct,

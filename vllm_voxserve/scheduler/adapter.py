@@ -1,7 +1,8 @@
 """vLLM scheduler subclasses that apply the speech policy (`Planner`) around `super().schedule()`.
 
 The engine core's adapter: it imports the pure policy, never the worker or the API server (the three processes meet
-in `vllm_voxserve.contract`). The config hook names `make_scheduler` as vLLM's `scheduler_cls`; it returns a subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each step:
+in `vllm_voxserve.contract`). The config hook names `make_scheduler` as vLLM's `scheduler_cls`; it returns a
+subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each step:
 
 1. Requests that arrived are checked by the overload guard (`overload_mode="reject"`); a rejected one, and a waiting
    one the planner sheds, is finished by the scheduler with an abort status and a `stop_reason` that the endpoint
