@@ -361,6 +361,21 @@ def test_reference_warm_up_is_decoded_unheard(program, mode):
     check_stream(sender, "key-a", whole[len(ref) * program.samples_per_frame:], 2)
 
 
+def test_a_warm_up_that_fails_leaves_the_inline_codecs_slot_free(program):
+    class FailingDecode:  # the program, except that its decode raises
+        def __getattr__(self, name):
+            return getattr(program, name)
+
+        def decode(self, *args):
+            raise RuntimeError("decode failed")
+
+    pipeline, _, _ = make_pipeline(FailingDecode(), "inline")
+    free = len(pipeline.inline.free_slots)
+    with pytest.raises(RuntimeError, match="decode failed"):
+        pipeline.open("a", "key-a", "addr", warmup_codes=random_codes(3, seed=12))
+    assert len(pipeline.inline.free_slots) == free and "a" not in pipeline.streams
+
+
 def test_mode_switch_only_when_idle(program):
     pipeline, sender, _ = make_pipeline(program, "inline")
     assert pipeline.codec_modes() == {"modes": ["inline", "lanes"], "current": "inline"}
