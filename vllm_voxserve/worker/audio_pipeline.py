@@ -132,8 +132,8 @@ class AudioPipeline:
         new = CodecMode(mode)
         if self.streams:
             raise CodecModeBusy(f"{len(self.streams)} request(s) are running; switch the codec mode when idle")
-        for codec in self.codecs.values():
-            codec.quiesce()
+        for built in self.codecs.values():
+            built.quiesce()  # e.g. a lanes batch of an aborted request may still be in flight
         failure = None
         try:
             codec = self._prepare(new)
