@@ -30,10 +30,10 @@ def test_a_codec_switch_must_be_a_boolean(key):
 def test_a_removed_codec_switch_fails_at_start_up_naming_it(key):
     assert not hasattr(VoxServeConfig(), key)
     with pytest.raises(ValueError, match=f"unknown voxserve keys \\['{key}'\\]"):
-        VoxServeConfig.from_additional_config({"voxserve": {key: REMOVED[key]}})
+        VoxServeConfig.from_dict({key: REMOVED[key]})
 
 
 @pytest.mark.parametrize(("section", "key", "value"), REMOVED_NESTED)
 def test_a_removed_lanes_or_policy_switch_fails_at_start_up_naming_it(section, key, value):
     with pytest.raises(ValueError, match=key):
-        VoxServeConfig.from_additional_config({"voxserve": {section: {key: value}}})
+        VoxServeConfig.from_dict({section: {key: value}})

@@ -119,3 +119,26 @@ def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
 
     collective_rpc._voxserve_wrapped = True
     EngineCore.collective_rpc = collective_rpc
+
+
+# Target: the `ModelRunnerOutput` a worker step returns (0.26.0 v1/outputs.py), which vLLM passes unchanged to
+# `Scheduler.update_from_output` in the engine core (in process, or pickled from a worker process).
+# Why: the speech scheduler needs each step's progress, costs and failures from the worker, and 0.26 has no field
+# for a model's own per-step data (`kv_connector_output` and the rest belong to vLLM's features). An extra attribute
+# rides along; a scheduler that does not know it never reads it.
+STEP_REPORT_ATTR = "voxserve_report"
+
+
+def attach_step_report(output, make_report) -> None:
+    """Worker side: put `make_report()` (a `contract.StepReport`) on the ModelRunnerOutput a step's `sample_tokens`
+    returned, or on the one its async output will return (Model Runner V2's `AsyncOutput.model_runner_output`, V1's
+    `AsyncGPUModelRunnerOutput._model_runner_output`: `get_output()` hands back that very object)."""
+    target = getattr(output, "model_runner_output", None) or getattr(output, "_model_runner_output", None) or output
+    if getattr(target, "req_ids", None):  # a real step; never the shared empty output
+        setattr(target, STEP_REPORT_ATTR, make_report())
+
+
+def step_report_of(model_runner_output):
+    """Engine-core side: the worker's `contract.StepReport` on a step's output, or None (Model Runner V2 without
+    reports, vLLM's warm-up steps)."""
+    return getattr(model_runner_output, STEP_REPORT_ATTR, None)

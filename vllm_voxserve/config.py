@@ -1,4 +1,4 @@
-"""The one VoxServe configuration, parsed once from vLLM's ``--additional-config``.
+"""The one VoxServe configuration, parsed once per process from vLLM's ``--additional-config`` (`process_config`).
 
     vllm serve MODEL --plugin voxserve --additional-config '{"voxserve": {"chunk_frames": 10, ...}}'
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -275,11 +276,25 @@ class VoxServeConfig:
                 raise ValueError(f"voxserve.codec_mode must be one of {valid}, got {raw['codec_mode']!r}") from None
         return cls(**raw)
 
-    @classmethod
-    def from_additional_config(cls, additional_config: Mapping[str, Any] | None) -> VoxServeConfig:
-        return cls.from_dict((additional_config or {}).get(ADDITIONAL_CONFIG_KEY))
-
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["codec_mode"] = self.codec_mode.value
         return out
+
+
+_PARSED: dict[str, VoxServeConfig] = {}
+
+
+def process_config(additional_config: Mapping[str, Any] | None) -> VoxServeConfig:
+    """This process's one config: parsed at the first call, the same frozen object at every later one.
+
+    Each process (API server, engine core, worker) holds vLLM's additional config, and vLLM builds some of our
+    objects itself, handing them only its own config (the scheduler, the model, Model Runner V2's model state): each
+    asks here and gets the object the process's entry point parsed. A section the config hook has since extended
+    (serving defaults, API-server process) is a new config and parses once more."""
+    section = (additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
+    key = json.dumps(section, sort_keys=True, default=str)
+    config = _PARSED.get(key)
+    if config is None:
+        config = _PARSED[key] = VoxServeConfig.from_dict(section)
+    return config

@@ -29,7 +29,7 @@ from vllm_voxserve.scheduler.costs import CostModel, CostSeed, paper_h100_seed
 from vllm_voxserve.scheduler.overload import SHED_WAITING
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.report import CostSample, LaneBacklog, StepReport
+from vllm_voxserve.contract import CostSample, LaneBacklog, StepReport
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
 from vllm_voxserve.scheduler.urgency import ReadyChunk
 

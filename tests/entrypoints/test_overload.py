@@ -25,8 +25,7 @@ from vllm_voxserve.entrypoints.speech_service import (  # noqa: E402
     SynthesisError,
     expected_frames,
 )
-from vllm_voxserve.scheduler.adapter import encode_rejection  # noqa: E402
-from vllm_voxserve.scheduler.overload import Rejection  # noqa: E402
+from vllm_voxserve.contract import encode_rejection  # noqa: E402
 from vllm_voxserve.transport import AudioReceiver  # noqa: E402
 
 BODY = {"input": "Hello there.", "voice": "ryan"}
@@ -84,7 +83,7 @@ class RejectingEngine:
 
     async def generate(self, prompt, params, request_id):
         yield types.SimpleNamespace(finished=False, outputs=[])  # an earlier, unfinished output is not a rejection
-        stop = encode_rejection(Rejection(request_id, 3.4, "server at capacity: streams in progress need more"))
+        stop = encode_rejection(3.4, "server at capacity: streams in progress need more")
         yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=stop)])
 
 

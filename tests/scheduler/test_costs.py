@@ -1,7 +1,7 @@
 import pytest
 
 from vllm_voxserve.scheduler.costs import CostModel, LinearCost, paper_h100_seed
-from vllm_voxserve.scheduler.report import CostSample
+from vllm_voxserve.contract import CostSample
 
 
 def test_seed_passes_through_the_papers_codec_figures():

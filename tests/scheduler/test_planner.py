@@ -3,7 +3,7 @@ import pytest
 from tests.scheduler.steps import ids, lanes, stream, waiting
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
+from vllm_voxserve.contract import CostSample, RequestProgress, StepReport
 
 
 def later(rid, first_audio, chunk=1):

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from vllm_voxserve.codec_lanes.executables import CodecExecutables, smallest_at_least
+from vllm_voxserve.codec_lanes.executables import CodecExecutables
+from vllm_voxserve.models.batch_sizes import smallest_at_least
 
 
 class LaneKind(enum.Enum):

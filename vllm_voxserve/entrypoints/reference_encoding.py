@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vllm_voxserve.contract import SAMPLE_RATE
 from vllm_voxserve.fault_injection import sleep_if_slowed
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_encoder, load_speaker_encoder
-from vllm_voxserve.models.qwen3_tts.job import SAMPLE_RATE, SpeechJob
+from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 
 
 class ReferenceEncoder:

@@ -17,7 +17,8 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.config import process_config
+from vllm_voxserve.contract import MODE_RPC_METHOD, SAMPLE_RATE
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
 
 from . import audio_format
@@ -36,7 +37,6 @@ logger = logging.getLogger(__name__)
 router = APIRouter()
 
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
-SAMPLE_RATE = 24000
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -150,7 +150,6 @@ async def list_voices(raw: Request):
             "languages": service.tables.supported_languages}
 
 
-_MODE_RPC = "voxserve_codec_mode"  # worker method, see vllm_voxserve/worker/rpc.py
 MAX_ADMIN_BODY_BYTES = 4096  # {"mode": NAME}
 _ADMIN_OFF = ("not found: the admin routes are off; enable them with --additional-config "
               '\'{"voxserve": {"admin_routes": true}}\'')
@@ -179,7 +178,7 @@ async def _codec_mode_rpc(raw: Request, mode: str | None):
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
     try:
-        replies = await service.engine_client.collective_rpc(_MODE_RPC, args=(mode,))
+        replies = await service.engine_client.collective_rpc(MODE_RPC_METHOD, args=(mode,))
     except Exception as exc:  # the engine died or a worker raised: report it, keep the API server up
         logger.exception("codec mode rpc failed")
         return _error(500, f"codec mode rpc failed: {exc}", "server_error")
@@ -227,7 +226,7 @@ class SpeechEndpointPlugin:
             return
         vllm_config = getattr(engine_client, "vllm_config", None)
         additional = getattr(vllm_config, "additional_config", None)
-        config = VoxServeConfig.from_additional_config(additional or _parse_json(getattr(args, "additional_config", None)))
+        config = process_config(additional or _parse_json(getattr(args, "additional_config", None)))
         served = list(args.served_model_name or [args.model])
         # vLLM's model (its snapshot folder of a hub id when offline), else the command line's
         model = getattr(getattr(vllm_config, "model_config", None), "model", None) or args.model

@@ -13,6 +13,8 @@ import unicodedata
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_voxserve.contract import SAMPLE_RATE
+
 MAX_INPUT_CHARS = 4096  # the default of voxserve.max_input_chars
 RESPONSE_FORMATS = ("wav", "pcm")
 TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design", "Base": "base"}
@@ -106,7 +108,7 @@ def has_speakable_text(text: str) -> bool:
     return any(unicodedata.category(char)[0] in "LN" for char in text)
 
 
-def decode_reference_audio(data: str, sample_rate: int = 24000, max_bytes: int = 16 << 20,
+def decode_reference_audio(data: str, sample_rate: int = SAMPLE_RATE, max_bytes: int = 16 << 20,
                            max_seconds: float = 30.0) -> np.ndarray:
     """base64 (or a data URL) of an audio file soundfile can read, at any sample rate, mono or not -> float32 mono at
     `sample_rate` (channels averaged, resampled with soxr). ValueError naming ref_audio for what is refused."""

@@ -18,10 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.contract import (
+    CANCEL_RPC_METHOD,
+    SAMPLES_PER_FRAME,
+    decode_failure,
+    decode_rejection,
+    plan_hints,
+)
 from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
 from vllm_voxserve.models.qwen3_tts.job import (
     MAX_CODE_PREDICTOR_TOP_K,
-    SAMPLES_PER_FRAME,
     CodePredictorSampling,
     SpeechJob,
     TalkerSampling,
@@ -42,12 +48,7 @@ logger = logging.getLogger(__name__)
 
 # After vLLM reports the request finished, its last audio must follow within this time.
 AUDIO_END_TIMEOUT_S = 60.0
-CANCEL_RPC = "voxserve_cancel_audio"  # worker method, see vllm_voxserve/worker/rpc.py
-FAILURE_PREFIX = "voxserve-failed:"  # stop_reason of a request the worker failed (scheduler.adapter)
-
-
-# Scheduling hint for the engine's scheduler (`scheduler.adapter.PLAN_KEY`): audio frames the text will take.
-PLAN_KEY = "voxserve_plan"
+# The scheduling hint (`contract.PLAN_KEY`) estimates the audio frames a text will take from its words.
 FRAMES_PER_WORD = 5.2  # ≈ 80 ms frames per English word in LibriTTS-like speech
 REJECTED = "rejected"  # queue item kinds beside transport.AUDIO / END / ERROR
 INVALID = "invalid"
@@ -180,7 +181,7 @@ class SpeechService:
             temperature=0.0,
             detokenize=False,
             output_kind=RequestOutputKind.DELTA,
-            extra_args={**job.to_extra_args(), PLAN_KEY: {"expected_frames": expected_frames(request)}},
+            extra_args={**job.to_extra_args(), **plan_hints(expected_frames(request))},
         )
         # vLLM sees placeholder ids (codec_pad) of the plan's length; the worker embeds the real prompt.
         prompt_ids = [self.tables.codec_pad] * len(plan)
@@ -271,7 +272,7 @@ class AudioCancels:
         while self._pending:
             keys, self._pending = sorted(self._pending), set()
             try:
-                await self.engine_client.collective_rpc(CANCEL_RPC, args=(keys,))
+                await self.engine_client.collective_rpc(CANCEL_RPC_METHOD, args=(keys,))
             except Exception:  # the engine is gone or a worker raised: the audio stops with it, or at END
                 logger.exception("cancelling the audio of %d stream(s) failed", len(keys))
 
@@ -287,8 +288,6 @@ def expected_frames(request: SpeechRequest) -> int:
 
 def _rejection(output) -> tuple[str, float] | None:
     """(reason, retry_after_s) when the engine's scheduler rejected the request, else None."""
-    from vllm_voxserve.scheduler.adapter import decode_rejection
-
     if not getattr(output, "finished", False) or not output.outputs:
         return None
     decoded = decode_rejection(output.outputs[0].stop_reason)
@@ -296,16 +295,14 @@ def _rejection(output) -> tuple[str, float] | None:
 
 
 def _failure(output) -> str | None:
-    """The worker's error when the engine ended the request as failed (`scheduler.adapter.FAILURE_PREFIX`)."""
+    """The worker's error when the engine ended the request as failed (`contract.encode_failure`)."""
     if not getattr(output, "finished", False) or not output.outputs:
         return None
     completion = output.outputs[0]
     if completion.finish_reason != "error":
         return None
-    reason = completion.stop_reason
-    if isinstance(reason, str) and reason.startswith(FAILURE_PREFIX):
-        return reason[len(FAILURE_PREFIX):]
-    return "the engine failed this request"
+    error = decode_failure(completion.stop_reason)
+    return error if error is not None else "the engine failed this request"
 
 
 def _pick(value, default, fallback):

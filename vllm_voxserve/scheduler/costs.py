@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_voxserve.scheduler.report import COST_KINDS, CostSample
+from vllm_voxserve.contract import COST_KINDS, CostSample
 
 
 @dataclass(frozen=True, slots=True)

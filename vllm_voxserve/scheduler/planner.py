@@ -22,7 +22,7 @@ from vllm_voxserve.scheduler.costs import CostModel, seed_named
 from vllm_voxserve.scheduler.decode_order import decode_order
 from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.report import LaneBacklog, StepReport
+from vllm_voxserve.contract import LaneBacklog, StepReport
 from vllm_voxserve.scheduler.slack import generating, min_slack, slacks, waiting_slack
 from vllm_voxserve.scheduler.streams import INFINITE_SLACK, StreamState, WaitingRequest
 from vllm_voxserve.scheduler.urgency import ReadyChunk, ready_chunks, split_by_urgency, urgent_batch

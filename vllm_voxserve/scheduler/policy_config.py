@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from vllm_voxserve.contract import FRAME_DURATION_S
+
 ADMISSION_MODES = ("deadline_aware", "prefill_first")
 OVERLOAD_MODES = ("off", "reject")
 COST_SEEDS = ("paper_h100", "h200")
@@ -19,7 +21,7 @@ COST_SEEDS = ("paper_h100", "h200")
 class SchedulerPolicyConfig:
     # SLO and playback
     ttfa_target_s: float = 0.2  # T
-    frame_duration_s: float = 0.08  # one audio frame (12.5 Hz)
+    frame_duration_s: float = FRAME_DURATION_S  # one audio frame (12.5 Hz)
     chunk_frames: int = 10
     first_chunk_frames: int = 10  # a shorter first chunk lowers TTFA
     # codec routing

@@ -31,10 +31,11 @@ from vllm_voxserve.codec_lanes import (
     cpu_partitions,
     shared_partitions,
 )
-from vllm_voxserve.codec_lanes.executables import smallest_at_least
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.contract import CostSample, LaneBacklog, StepReport
+from vllm_voxserve.models.batch_sizes import smallest_at_least
 from vllm_voxserve.models.program import CodecProgram
-from vllm_voxserve.scheduler import CostSample, LaneBacklog, Planner, StepReport, StreamState
+from vllm_voxserve.scheduler import Planner, StreamState
 from vllm_voxserve.scheduler.urgency import ReadyChunk
 
 logger = logging.getLogger(__name__)

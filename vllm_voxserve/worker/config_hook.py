@@ -8,7 +8,7 @@ import os
 
 from vllm.model_executor.models.config import VerifyAndUpdateConfig
 
-from vllm_voxserve.config import ADDITIONAL_CONFIG_KEY, VoxServeConfig
+from vllm_voxserve.config import ADDITIONAL_CONFIG_KEY, VoxServeConfig, process_config
 from vllm_voxserve.serving_defaults import cores_per_sm, derive_serving_defaults, is_vllm_default
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_and_check
 
@@ -25,7 +25,7 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
     def verify_and_update_config(vllm_config) -> None:
         from vllm.platforms import current_platform
 
-        config = VoxServeConfig.from_additional_config(vllm_config.additional_config)  # fail fast on bad keys
+        process_config(vllm_config.additional_config)  # fail fast on bad keys
         # Fail fast, naming every missing file, rather than at the first file some later step opens (an absent
         # vocab.json surfaces as a sentencepiece/tiktoken error from transformers). A hub id resolves through the
         # hub cache (downloaded there first unless HF_HUB_OFFLINE is set).
@@ -93,7 +93,7 @@ def _apply_serving_defaults(vllm_config, platform) -> VoxServeConfig:
         applied.append(f"scheduler.cost_seed {derived.cost_seed}")
     raw["scheduler"] = policy
     additional[ADDITIONAL_CONFIG_KEY] = raw
-    config = VoxServeConfig.from_additional_config(additional)
+    config = process_config(additional)
     scheduler = vllm_config.scheduler_config
     if is_vllm_default(getattr(scheduler, "max_num_seqs", None), _vllm_default_caps(vllm_config)):
         cap = min(derived.max_num_seqs, config.max_codec_slots)

@@ -15,9 +15,9 @@ class VoxServeCPUWorker(CPUWorker):
         self.model_runner = VoxServeCPUModelRunner(self.vllm_config, torch.device("cpu"))
 
     def voxserve_codec_mode(self, mode: str | None = None) -> dict:
-        """`collective_rpc` target (rpc.MODE_RPC_METHOD): report, and with `mode` switch, the codec mode."""
+        """`collective_rpc` target (contract.MODE_RPC_METHOD): report, and with `mode` switch, the codec mode."""
         return codec_mode_call(self.model_runner, mode)
 
     def voxserve_cancel_audio(self, stream_keys: list[str]) -> dict:
-        """`collective_rpc` target (rpc.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
+        """`collective_rpc` target (contract.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
         return cancel_audio_call(self.model_runner, stream_keys)

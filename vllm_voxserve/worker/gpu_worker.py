@@ -1,5 +1,6 @@
 """vLLM's GPU worker for speech models. With Model Runner V2 (vLLM's default on GPU for this model) the model's
-`get_model_state_cls` hook installs `SpeechModelState`; the V1 runner gets the same speech hooks by subclassing."""
+`get_model_state_cls` hook installs `SpeechModelState`, which this worker hands the model class before it loads;
+the V1 runner gets the same speech hooks by subclassing."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import torch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker
 
-from vllm_voxserve.compat import capture_vllm_graphs_on
-from vllm_voxserve.config import VoxServeConfig, backbone_stream_priority
-from vllm_voxserve.scheduler.adapter import attach_report
+from vllm_voxserve.compat import attach_step_report, capture_vllm_graphs_on
+from vllm_voxserve.config import backbone_stream_priority, process_config
+from vllm_voxserve.models.qwen3_tts.vllm_model import Qwen3TTSForVllm
 from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
+from vllm_voxserve.worker.mrv2_state import SpeechModelState
 from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
 
@@ -31,10 +33,11 @@ class VoxServeGPUWorker(Worker):
         # compile the codec again (52-55 s per switch to `inline` or `vllm-stock`, session 10's serve logs).
         serve_on_one_intra_op_thread()
         load_compile_cache(cache_path())
+        Qwen3TTSForVllm.model_state_cls = SpeechModelState  # asked for by Model Runner V2 when it loads the model
         super().init_device()
         if isinstance(self.model_runner, GPUModelRunner):  # the V1 runner (MRV2 is a different class)
             self.model_runner = VoxServeV1GPUModelRunner(self.vllm_config, self.device)
-        self.lanes_config = VoxServeConfig.from_additional_config(self.vllm_config.additional_config).lanes
+        self.lanes_config = process_config(self.vllm_config.additional_config).lanes
         self.backbone_capture_stream = backbone_streams(self.lanes_config.backbone_priority)
 
     def compile_or_warm_up_model(self):
@@ -64,15 +67,15 @@ class VoxServeGPUWorker(Worker):
         output = super().sample_tokens(grammar_output)
         speech = getattr(getattr(self.model_runner, "model_state", None), "speech", None)
         if speech is not None:
-            attach_report(output, lambda: speech.step_report(costs=False))
+            attach_step_report(output, lambda: speech.step_report(costs=False))
         return output
 
     def voxserve_codec_mode(self, mode: str | None = None) -> dict:
-        """`collective_rpc` target (rpc.MODE_RPC_METHOD): report, and with `mode` switch, the codec mode."""
+        """`collective_rpc` target (contract.MODE_RPC_METHOD): report, and with `mode` switch, the codec mode."""
         return codec_mode_call(self.model_runner, mode)
 
     def voxserve_cancel_audio(self, stream_keys: list[str]) -> dict:
-        """`collective_rpc` target (rpc.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
+        """`collective_rpc` target (contract.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
         return cancel_audio_call(self.model_runner, stream_keys)
 
 

@@ -4,9 +4,7 @@ methods (0.26 resolves a string method with `getattr(worker, name)` on each work
 the worker's steps: the worker process's busy loop on CPU, the engine core's loop on GPU; so it never runs while a
 step touches the audio pipeline).
 
-Replies are plain dicts (they cross process boundaries): `{"status": 200, "modes": [...], "current": NAME}`, or
-`{"status": 400 | 409 | 500 | 503, "error": TEXT, ...}` (503: the device has no memory for the new mode; the
-old one still serves); `{"status": 200, "cancelled": N}`.
+The method names and the replies' shapes are part of the cross-process contract (`vllm_voxserve.contract`).
 """
 
 from __future__ import annotations
@@ -16,9 +14,6 @@ import logging
 from vllm_voxserve.worker.audio_pipeline import CodecModeBusy, CodecModeUnavailable
 
 logger = logging.getLogger(__name__)
-
-MODE_RPC_METHOD = "voxserve_codec_mode"
-CANCEL_RPC_METHOD = "voxserve_cancel_audio"
 
 
 def speech_runtime(model_runner):

@@ -14,22 +14,22 @@ import numpy as np
 import torch
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.contract import FRAME_DURATION_S, CostSample, RequestProgress, StepReport
 from vllm_voxserve.fault_injection import FaultPlan
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
-from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
+from vllm_voxserve.models.step_layout import StepLayout
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
+from vllm_voxserve.step_host_times import StepHostTimes
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.gc_pauses import process_gc_pauses
-from vllm_voxserve.worker.step_layout import StepLayout
-from vllm_voxserve.worker.step_timing import DeviceStepTimer, StepHostTimes
+from vllm_voxserve.worker.step_timing import DeviceStepTimer
 from vllm_voxserve.worker.thread_cpu import ThreadCpu
 
 logger = logging.getLogger(__name__)
 
-FRAME_S = 0.08  # one codec frame of audio (12.5 Hz)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -206,8 +206,8 @@ class SpeechRuntime:
         for req_id, stream in self.pipeline.streams.items():
             in_flight = stream.chunks_cut > stream.chunks_sent  # lanes mode: cut, not yet decoded and sent
             progress.append(RequestProgress(req_id, stream.frames, False, stream.chunks_sent,
-                                            schedule.start_frame(stream.chunks_sent) * FRAME_S, stream.first_audio_at,
-                                            in_flight))
+                                            schedule.start_frame(stream.chunks_sent) * FRAME_DURATION_S,
+                                            stream.first_audio_at, in_flight))
         samples = []
         layout, self._layout = self._layout, None
         if self.device_steps is not None:
