@@ -21,6 +21,7 @@ from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
 
 from . import audio_format
+from .audio_encoding import MEDIA_TYPES, AudioEncoder, encode_off_loop, time_stretch
 from .request_guard import (
     RequestRejected,
     api_key_hashes,
@@ -35,7 +36,6 @@ from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, Syn
 logger = logging.getLogger(__name__)
 router = APIRouter()
 
-MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
 SAMPLE_RATE = 24000
 
 
@@ -57,9 +57,9 @@ _REQUEST_BODY = {"required": True, "content": {"application/json": {"schema": Sp
 
 
 @router.post("/v1/audio/speech", openapi_extra={"requestBody": _REQUEST_BODY},
-             responses={200: {"content": {"audio/wav": {}, "audio/pcm": {}}}})
+             responses={200: {"content": {media: {} for media in MEDIA_TYPES.values()}}})
 async def create_speech(raw: Request):
-    """Synthesize speech; `stream: true` sends audio as each chunk is decoded."""
+    """Synthesize speech; `stream: true` (or `stream_format`) sends audio as each chunk is decoded."""
     service = _service(raw)
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
@@ -89,10 +89,17 @@ async def create_speech(raw: Request):
     except SynthesisError as exc:
         return _error(500, str(exc), "server_error")
     if request.streaming:
-        return StreamingResponse(_stream_bytes(pieces, chunks, fmt), media_type=MEDIA_TYPES[fmt])
-    audio = audio_format.concat(pieces)
-    data = audio_format.wav_bytes(audio, SAMPLE_RATE) if fmt == "wav" else audio_format.pcm16_bytes(audio)
+        encoder = AudioEncoder(fmt, SAMPLE_RATE, streaming=True)
+        return StreamingResponse(_stream_bytes(pieces, chunks, encoder), media_type=MEDIA_TYPES[fmt])
+    data = await asyncio.to_thread(_whole_file, audio_format.concat(pieces), fmt, request.speed)
     return Response(content=data, media_type=MEDIA_TYPES[fmt])
+
+
+def _whole_file(audio, fmt: str, speed: float) -> bytes:
+    """The complete response body (a worker thread's work: stretching and encoding a long text takes a while)."""
+    encoder = AudioEncoder(fmt, SAMPLE_RATE, streaming=False)
+    encoder.encode(time_stretch(audio, speed, SAMPLE_RATE))
+    return encoder.finish()
 
 
 async def _collect_unless_disconnected(raw: Request, chunks, pieces: list, first_only: bool) -> bool:
@@ -126,18 +133,22 @@ async def _collect_unless_disconnected(raw: Request, chunks, pieces: list, first
     return True
 
 
-async def _stream_bytes(first: list, chunks, fmt: str):
-    if fmt == "wav":
-        yield audio_format.streaming_wav_header(SAMPLE_RATE)
-    for chunk in first:
-        yield audio_format.pcm16_bytes(chunk)
+async def _stream_bytes(first: list, chunks, encoder: AudioEncoder):
+    """The encoded bytes of each chunk as it comes (a codec may hold a few ms of audio back until the next one)."""
     try:
+        for chunk in first:
+            if data := await encode_off_loop(encoder, chunk):
+                yield data
         async for chunk in chunks:
-            yield audio_format.pcm16_bytes(chunk)
+            if data := await encode_off_loop(encoder, chunk):
+                yield data
+        if data := await encode_off_loop(encoder, None):
+            yield data
     except SynthesisError as exc:
         # Headers are gone: end the stream early; the client sees a short body.
         logger.error("speech stream failed: %s", exc)
     finally:
+        encoder.close()
         await chunks.aclose()  # a client gone mid-stream aborts the request now
 
 

@@ -14,7 +14,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_INPUT_CHARS = 4096  # the default of voxserve.max_input_chars
-RESPONSE_FORMATS = ("wav", "pcm")
+RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")  # audio_encoding.RESPONSE_FORMATS
+STREAMED_FORMATS = ("mp3", "opus", "aac", "wav", "pcm")  # audio_encoding.STREAMED_FORMATS
+STREAM_FORMATS = ("audio",)
+MIN_SPEED, MAX_SPEED = 0.25, 4.0  # OpenAI's range
 TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design", "Base": "base"}
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # a seed is any signed 64-bit integer (the worker keeps it in int64)
 INT32_MAX = 2**31 - 1  # vLLM keeps top_k in an int32 tensor
@@ -31,10 +34,10 @@ class SpeechRequest(BaseModel):
     model: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     input: str
     voice: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    response_format: str = Field(default="wav", max_length=MAX_NAME_CHARS)
-    speed: float = 1.0
+    response_format: str = Field(default="mp3", max_length=MAX_NAME_CHARS)  # OpenAI's default
+    speed: float = Field(default=1.0, ge=MIN_SPEED, le=MAX_SPEED)  # whole-file responses only
     stream: bool = False
-    # OpenAI's: "audio" streams raw audio (as stream=true); "sse" is unsupported
+    # OpenAI's: "audio" streams the audio bytes (as stream=true)
     stream_format: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     instructions: str | None = None
     # Qwen3-TTS
@@ -61,7 +64,7 @@ class SpeechRequest(BaseModel):
 
     @property
     def streaming(self) -> bool:
-        return self.stream or self.stream_format == "audio"
+        return self.stream or self.stream_format is not None
 
     def check(self, served_models: list[str], checkpoint_kind: str, max_input_chars: int = MAX_INPUT_CHARS,
               max_instructions_chars: int = MAX_INPUT_CHARS) -> None:
@@ -81,10 +84,15 @@ class SpeechRequest(BaseModel):
         if self.response_format not in RESPONSE_FORMATS:
             raise ValueError(f"response_format {self.response_format!r} is not supported; use one of "
                              f"{list(RESPONSE_FORMATS)}")
-        if self.stream_format not in (None, "audio"):
-            raise ValueError(f"stream_format {self.stream_format!r} is not supported; use \"audio\" (or stream=true)")
-        if self.speed != 1.0:
-            raise ValueError("speed must be 1.0: this server does not change the speaking rate")
+        if self.stream_format is not None and self.stream_format not in STREAM_FORMATS:
+            raise ValueError(f"stream_format {self.stream_format!r} is not supported; use one of "
+                             f"{list(STREAM_FORMATS)}")
+        if self.streaming and self.response_format not in STREAMED_FORMATS:
+            raise ValueError(f"response_format {self.response_format!r} is for whole-file responses only; stream one "
+                             f"of {list(STREAMED_FORMATS)}, or drop stream/stream_format")
+        if self.speed != 1.0 and self.streaming:
+            raise ValueError(f"speed {self.speed:g} is only for whole-file responses: a streamed response plays at "
+                             "speed 1.0; drop stream/stream_format or speed")
         if self.task_type is not None:
             if self.task_type not in TASK_TYPES:
                 raise ValueError(f"task_type {self.task_type!r} is unknown; use one of {list(TASK_TYPES)}")
