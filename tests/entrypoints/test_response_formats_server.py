@@ -1,8 +1,9 @@
 """The speech API as users call it, against one real CPU server: every response format whole and streamed, read back
-by libsndfile (ADTS headers for AAC); the mp3 default; `speed` for whole files."""
+by libsndfile (ADTS headers for AAC); the mp3 default; `speed` for whole files; SSE read by the OpenAI SDK."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -82,3 +83,29 @@ def test_speed_stretches_a_whole_file_and_a_stream_with_speed_is_refused(server)
     assert flac_stream.status_code == 400 and "response_format" in flac_stream.json()["error"]["message"]
     assert np.abs(normal).max() > 0
 
+
+def test_the_openai_sdk_reads_sse_deltas_and_the_done_event_with_usage(server):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused")
+    deltas, done = [], None
+    with client.audio.speech.with_streaming_response.create(
+        model=SERVED_NAME, voice="ryan", input=BODY["input"], response_format="opus", stream_format="sse",
+        extra_body={"max_new_tokens": TOKENS, "ignore_eos": True, "seed": 3},
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line.removeprefix("data: "))
+            if event["type"] == "speech.audio.delta":
+                deltas.append(base64.b64decode(event["audio"]))
+            else:
+                assert done is None
+                done = event
+    assert len(deltas) >= 2 and done is not None and done["type"] == "speech.audio.done", done
+    usage = done["usage"]
+    assert usage["output_tokens"] == TOKENS and usage["input_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    _, rate, samples = decode("opus", b"".join(deltas))
+    assert rate == 24000 and abs(samples - (TOKENS - 1) * FRAME) < FRAME

@@ -134,6 +134,7 @@ def test_every_openai_format_is_accepted_whole(fmt):
 @pytest.mark.parametrize("fields, words", [
     ({"response_format": "ogg"}, "response_format 'ogg' is not supported"),
     ({"response_format": "flac", "stream": True}, "response_format 'flac' is for whole-file responses only"),
+    ({"response_format": "flac", "stream_format": "sse"}, "response_format 'flac' is for whole-file"),
     ({"stream_format": "events"}, "stream_format 'events' is not supported"),
     ({"speed": 0.2}, "speed"), ({"speed": 4.01}, "speed"), ({"speed": float("nan")}, "speed"),
     ({"speed": 2.0, "stream": True}, "speed 2 is only for whole-file responses"),
@@ -146,3 +147,9 @@ def test_bad_format_stream_and_speed_combinations_name_the_field(fields, words):
 @pytest.mark.parametrize("speed", [0.25, 1.0, 4.0])
 def test_speed_takes_openais_range_for_whole_files(speed):
     assert valid(speed=speed).speed == speed
+
+
+def test_both_stream_formats_stream():
+    assert valid(stream_format="audio").streaming and not valid(stream_format="audio").sse
+    assert valid(stream_format="sse").streaming and valid(stream_format="sse").sse
+    assert not valid().streaming

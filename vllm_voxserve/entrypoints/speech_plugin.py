@@ -7,6 +7,7 @@ Loaded by vLLM in the API-server process when `VLLM_PLUGINS` names `voxserve` (o
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -31,7 +32,7 @@ from .request_guard import (
     read_capped_body,
 )
 from .speech_request import SpeechRequest
-from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SynthesisError
+from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SpeechUsage, SynthesisError
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -74,7 +75,8 @@ async def create_speech(raw: Request):
         return _error(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     except ValueError as exc:
         return _error(400, str(exc))
-    chunks = service.synthesize(job, prompt_ids, params)
+    usage = SpeechUsage()
+    chunks = service.synthesize(job, prompt_ids, params, usage)
     fmt = request.response_format
     pieces = []
     try:
@@ -90,7 +92,12 @@ async def create_speech(raw: Request):
         return _error(500, str(exc), "server_error")
     if request.streaming:
         encoder = AudioEncoder(fmt, SAMPLE_RATE, streaming=True)
-        return StreamingResponse(_stream_bytes(pieces, chunks, encoder), media_type=MEDIA_TYPES[fmt])
+        failure: list[str] = []
+        body = _stream_bytes(pieces, chunks, encoder, failure)
+        if request.sse:
+            return StreamingResponse(_sse_events(body, usage, failure), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(body, media_type=MEDIA_TYPES[fmt])
     data = await asyncio.to_thread(_whole_file, audio_format.concat(pieces), fmt, request.speed)
     return Response(content=data, media_type=MEDIA_TYPES[fmt])
 
@@ -133,8 +140,9 @@ async def _collect_unless_disconnected(raw: Request, chunks, pieces: list, first
     return True
 
 
-async def _stream_bytes(first: list, chunks, encoder: AudioEncoder):
-    """The encoded bytes of each chunk as it comes (a codec may hold a few ms of audio back until the next one)."""
+async def _stream_bytes(first: list, chunks, encoder: AudioEncoder, failure: list[str]):
+    """The encoded bytes of each chunk as it comes (a codec may hold a few ms of audio back until the next one).
+    A synthesis that fails midway ends the bytes early, its error appended to `failure`."""
     try:
         for chunk in first:
             if data := await encode_off_loop(encoder, chunk):
@@ -147,9 +155,28 @@ async def _stream_bytes(first: list, chunks, encoder: AudioEncoder):
     except SynthesisError as exc:
         # Headers are gone: end the stream early; the client sees a short body.
         logger.error("speech stream failed: %s", exc)
+        failure.append(str(exc))
     finally:
         encoder.close()
         await chunks.aclose()  # a client gone mid-stream aborts the request now
+
+
+def _sse(event: dict) -> bytes:
+    return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _sse_events(body, usage: SpeechUsage, failure: list[str]):
+    """OpenAI's speech events: `speech.audio.delta` with each piece of the encoded audio in base64, then
+    `speech.audio.done` with the usage; a synthesis that fails midway ends with an `error` event instead."""
+    try:
+        async for data in body:
+            yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+    finally:
+        await body.aclose()
+    if failure:
+        yield _sse({"type": "error", "error": {"message": failure[0], "type": "server_error", "code": 500}})
+    else:
+        yield _sse({"type": "speech.audio.done", "usage": usage.as_dict()})
 
 
 @router.get("/v1/audio/voices")

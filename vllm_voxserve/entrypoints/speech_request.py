@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 MAX_INPUT_CHARS = 4096  # the default of voxserve.max_input_chars
 RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")  # audio_encoding.RESPONSE_FORMATS
 STREAMED_FORMATS = ("mp3", "opus", "aac", "wav", "pcm")  # audio_encoding.STREAMED_FORMATS
-STREAM_FORMATS = ("audio",)
+STREAM_FORMATS = ("audio", "sse")
 MIN_SPEED, MAX_SPEED = 0.25, 4.0  # OpenAI's range
 TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design", "Base": "base"}
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # a seed is any signed 64-bit integer (the worker keeps it in int64)
@@ -37,7 +37,7 @@ class SpeechRequest(BaseModel):
     response_format: str = Field(default="mp3", max_length=MAX_NAME_CHARS)  # OpenAI's default
     speed: float = Field(default=1.0, ge=MIN_SPEED, le=MAX_SPEED)  # whole-file responses only
     stream: bool = False
-    # OpenAI's: "audio" streams the audio bytes (as stream=true)
+    # OpenAI's: "audio" streams the audio bytes (as stream=true); "sse" sends them base64 in server-sent events
     stream_format: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     instructions: str | None = None
     # Qwen3-TTS
@@ -65,6 +65,10 @@ class SpeechRequest(BaseModel):
     @property
     def streaming(self) -> bool:
         return self.stream or self.stream_format is not None
+
+    @property
+    def sse(self) -> bool:
+        return self.stream_format == "sse"
 
     def check(self, served_models: list[str], checkpoint_kind: str, max_input_chars: int = MAX_INPUT_CHARS,
               max_instructions_chars: int = MAX_INPUT_CHARS) -> None:

@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,18 @@ PLAN_KEY = "voxserve_plan"
 FRAMES_PER_WORD = 5.2  # ≈ 80 ms frames per English word in LibriTTS-like speech
 REJECTED = "rejected"  # queue item kinds beside transport.AUDIO / END / ERROR
 INVALID = "invalid"
+
+
+@dataclass
+class SpeechUsage:
+    """OpenAI's usage of a speech request: prompt positions the model read, codec tokens it generated."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "total_tokens": self.input_tokens + self.output_tokens}
 
 
 class SynthesisError(RuntimeError):
@@ -186,14 +199,19 @@ class SpeechService:
         prompt_ids = [self.tables.codec_pad] * len(plan)
         return job, prompt_ids, params
 
-    async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params) -> AsyncIterator[np.ndarray]:
-        """Yields float32 mono 24 kHz chunks in order; leaving early (client gone) aborts the request."""
+    async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params,
+                         usage: SpeechUsage | None = None) -> AsyncIterator[np.ndarray]:
+        """Yields float32 mono 24 kHz chunks in order; leaving early (client gone) aborts the request. `usage`, when
+        given, counts the request's tokens as they are generated."""
+        usage = usage if usage is not None else SpeechUsage()
+        usage.input_tokens = len(prompt_ids)
         if job.ref_audio:  # the engine gets the request once its reference is encoded: it never waits for it
             job = await self._encode_reference(job)
             params.extra_args = {**params.extra_args, **job.to_extra_args()}
         queue = self.receiver.open(job.stream_key)
         request_id = f"speech-{job.stream_key}"
-        engine = asyncio.get_running_loop().create_task(self._run_engine(prompt_ids, params, request_id, queue))
+        engine = asyncio.get_running_loop().create_task(self._run_engine(prompt_ids, params, request_id, queue,
+                                                                                 usage))
         kind = None
         try:
             while True:
@@ -228,9 +246,12 @@ class SpeechService:
             logger.exception("encoding a reference clip failed")
             raise SynthesisError(f"reference encoding failed: {type(exc).__name__}: {exc}") from exc
 
-    async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue) -> None:
+    async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue,
+                          usage: SpeechUsage) -> None:
         try:
             async for output in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id):
+                if output.outputs:  # DELTA outputs: the tokens new since the last one
+                    usage.output_tokens += len(output.outputs[0].token_ids)
                 rejection = _rejection(output)
                 if rejection is not None:  # finished by the scheduler before it started: no audio will come
                     queue.put_nowait((REJECTED, rejection))
