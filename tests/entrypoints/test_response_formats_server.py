@@ -1,16 +1,18 @@
 """The speech API as users call it, against one real CPU server: every response format whole and streamed, read back
-by libsndfile (ADTS headers for AAC); the mp3 default; `speed` for whole files; SSE read by the OpenAI SDK."""
+by libsndfile (ADTS headers for AAC); the mp3 default; `speed` for whole files; SSE read by the OpenAI SDK; the speech metrics on /metrics."""
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 
 import numpy as np
 import pytest
 import requests
 
 from tests.entrypoints.audio_decoding import decode
+from tests.entrypoints.prometheus_text import sample_value
 from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -109,3 +111,45 @@ def test_the_openai_sdk_reads_sse_deltas_and_the_done_event_with_usage(server):
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     _, rate, samples = decode("opus", b"".join(deltas))
     assert rate == 24000 and abs(samples - (TOKENS - 1) * FRAME) < FRAME
+
+
+def test_speech_metrics_on_vllms_metrics_move_with_requests(server):
+    labels = {"model_name": SERVED_NAME}
+
+    def scrape() -> str:
+        response = requests.get(f"{server}/metrics", timeout=30)
+        assert response.status_code == 200
+        return response.text
+
+    def value(text: str, name: str, **more) -> float:
+        found = sample_value(text, name, **labels, **more)
+        return 0.0 if found is None else found
+
+    before = scrape()
+    assert speech(server, response_format="ogg").status_code == 400
+    streamed = speech(server, lazy=True, response_format="pcm", stream=True, max_new_tokens=31)
+    assert streamed.status_code == 200 and len(streamed.content) == 30 * FRAME * 2
+    assert speech(server, response_format="pcm").status_code == 200
+    after = scrape()
+    assert value(after, "vllm:voxserve_ttfa_seconds_count") == value(before, "vllm:voxserve_ttfa_seconds_count") + 2
+    assert value(after, "vllm:voxserve_ttfa_seconds_sum") > value(before, "vllm:voxserve_ttfa_seconds_sum")
+    # 31 tokens: 30 frames in chunks of the server's chunk size, each streamed chunk judged against the player
+    assert value(after, "vllm:voxserve_chunk_lateness_seconds_count") >= \
+        value(before, "vllm:voxserve_chunk_lateness_seconds_count") + 2
+    assert sample_value(after, "vllm:voxserve_stalls_total", **labels) is not None
+    assert value(after, "vllm:voxserve_requests_refused_total", reason="invalid") == \
+        value(before, "vllm:voxserve_requests_refused_total", reason="invalid") + 1
+    assert value(after, "vllm:voxserve_audio_seconds_total") == pytest.approx(
+        value(before, "vllm:voxserve_audio_seconds_total") + (30 + TOKENS - 1) * FRAME / 24000)
+    assert value(after, "vllm:voxserve_running_streams") == 0
+    # the engine's counters come every few seconds: wait for the answer that includes these requests
+    deadline = time.monotonic() + 60
+    while value(after, "vllm:voxserve_backbone_frames_total") < \
+            value(before, "vllm:voxserve_backbone_frames_total") + 30 + TOKENS - 1:
+        assert time.monotonic() < deadline, after[-3000:]
+        time.sleep(1)
+        after = scrape()
+    assert value(after, "vllm:voxserve_codec_batch_size_count", lane="urgent") > \
+        value(before, "vllm:voxserve_codec_batch_size_count", lane="urgent")
+    assert value(after, "vllm:voxserve_codec_busy_seconds_total", lane="urgent") > 0
+    assert sample_value(after, "vllm:voxserve_backbone_frames_per_second", **labels) is not None

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import math
+import time
 from argparse import Namespace
 
 from fastapi import APIRouter, FastAPI, Request
@@ -23,6 +24,7 @@ from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
 
 from . import audio_format
 from .audio_encoding import MEDIA_TYPES, AudioEncoder, encode_off_loop, time_stretch
+from .engine_metrics import start_engine_metrics
 from .request_guard import (
     RequestRejected,
     api_key_hashes,
@@ -31,6 +33,7 @@ from .request_guard import (
     parse_json_object,
     read_capped_body,
 )
+from .speech_metrics import SpeechMetrics, metered
 from .speech_request import SpeechRequest
 from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SpeechUsage, SynthesisError
 
@@ -61,22 +64,28 @@ _REQUEST_BODY = {"required": True, "content": {"application/json": {"schema": Sp
              responses={200: {"content": {media: {} for media in MEDIA_TYPES.values()}}})
 async def create_speech(raw: Request):
     """Synthesize speech; `stream: true` (or `stream_format`) sends audio as each chunk is decoded."""
+    arrived_at = time.monotonic()
     service = _service(raw)
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
+    metrics = SpeechMetrics.get((getattr(service, "served_models", None) or [""])[0])
     try:  # the size before the body is read; then one JSON object of bounded depth, finite numbers, valid Unicode
         body = parse_json_object(await read_capped_body(raw.headers, raw.stream(), service.config.max_request_bytes))
     except RequestRejected as exc:
+        metrics.refuse("too_large" if exc.status == 413 else "invalid")
         return _error(exc.status, exc.message)
     try:
         request = SpeechRequest.model_validate(body)
         job, prompt_ids, params = service.prepare(request)
     except ValidationError as exc:
+        metrics.refuse("invalid")
         return _error(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     except ValueError as exc:
+        metrics.refuse("invalid")
         return _error(400, str(exc))
     usage = SpeechUsage()
-    chunks = service.synthesize(job, prompt_ids, params, usage)
+    chunks = metered(service.synthesize(job, prompt_ids, params, usage), metrics, arrived_at, request.streaming,
+                     SAMPLE_RATE)
     fmt = request.response_format
     pieces = []
     try:
@@ -85,10 +94,13 @@ async def create_speech(raw: Request):
         if not await _collect_unless_disconnected(raw, chunks, pieces, first_only=request.streaming):
             return Response(status_code=499)  # nobody reads it
     except Overloaded as exc:
+        metrics.refuse("overloaded")
         return _overloaded(exc)
     except InvalidSpeechRequest as exc:
+        metrics.refuse("invalid")
         return _error(400, str(exc))
     except SynthesisError as exc:
+        metrics.refuse("failed")
         return _error(500, str(exc), "server_error")
     if request.streaming:
         encoder = AudioEncoder(fmt, SAMPLE_RATE, streaming=True)
@@ -272,6 +284,7 @@ class SpeechEndpointPlugin:
         model_dir = resolve_model_dir(model, getattr(args, "revision", None), getattr(args, "download_dir", None))
         service = SpeechService(engine_client, str(model_dir), served, config)
         service.start()
+        state.voxserve_engine_metrics = start_engine_metrics(engine_client, served[0])
         state.voxserve_api_keys = _api_keys(args)
         state.voxserve_speech = service
         logger.info("voxserve: /v1/audio/speech ready for %s (%s)", served, service.tables.model_type)
