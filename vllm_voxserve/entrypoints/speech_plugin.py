@@ -36,6 +36,7 @@ from .request_guard import (
 from .speech_metrics import SpeechMetrics, metered
 from .speech_request import SpeechRequest
 from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SpeechUsage, SynthesisError
+from .voice_routes import router as voice_router
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -196,8 +197,11 @@ async def list_voices(raw: Request):
     service = _service(raw)
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
-    return {"voices": service.voices(), "task_type": service.tables.model_type,
-            "languages": service.tables.supported_languages}
+    store = service.voice_store
+    details = [{"name": name, "kind": "speaker"} for name in sorted(service.tables.speakers)]
+    details += [voice.describe() for voice in store.list()] if store is not None else []
+    return {"voices": service.voices(), "details": details, "task_type": service.tables.model_type,
+            "languages": service.tables.supported_languages, "uploads": store is not None}
 
 
 _MODE_RPC = "voxserve_codec_mode"  # worker method, see vllm_voxserve/worker/rpc.py
@@ -271,6 +275,7 @@ class SpeechEndpointPlugin:
 
     def attach_router(self, app: FastAPI) -> None:
         app.include_router(router)
+        app.include_router(voice_router)
 
     async def init_state(self, engine_client, state, args: Namespace) -> None:
         if engine_client is None:

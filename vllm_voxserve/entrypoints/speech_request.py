@@ -122,9 +122,6 @@ def decode_reference_audio(data: str, sample_rate: int = 24000, max_bytes: int =
                            max_seconds: float = 30.0) -> np.ndarray:
     """base64 (or a data URL) of an audio file soundfile can read, at any sample rate, mono or not -> float32 mono at
     `sample_rate` (channels averaged, resampled with soxr). ValueError naming ref_audio for what is refused."""
-    import soundfile
-    import soxr
-
     if data.startswith("data:"):
         if "," not in data:
             raise ValueError("ref_audio data URL has no payload")
@@ -135,20 +132,29 @@ def decode_reference_audio(data: str, sample_rate: int = 24000, max_bytes: int =
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("ref_audio is not valid base64") from None
+    return read_reference_clip(raw, sample_rate, max_seconds)
+
+
+def read_reference_clip(raw: bytes, sample_rate: int = 24000, max_seconds: float = 30.0,
+                        field: str = "ref_audio") -> np.ndarray:
+    """The bytes of an audio file soundfile can read -> float32 mono at `sample_rate`; ValueError naming `field`."""
+    import soundfile
+    import soxr
+
     try:
         with soundfile.SoundFile(io.BytesIO(raw)) as clip:
             rate, frames = clip.samplerate, clip.frames
             # from the header: a clip over the limit is never decoded
             audio = clip.read(dtype="float32", always_2d=True) if frames <= max_seconds * rate else None
     except Exception as exc:  # soundfile raises its own LibsndfileError and RuntimeError types
-        raise ValueError(f"ref_audio could not be decoded as audio: {exc}") from None
+        raise ValueError(f"{field} could not be decoded as audio: {exc}") from None
     if audio is None:
-        raise ValueError(f"ref_audio is {frames / rate:.1f} s long; at most {max_seconds:g} s are accepted "
+        raise ValueError(f"{field} is {frames / rate:.1f} s long; at most {max_seconds:g} s are accepted "
                          "(voxserve.max_ref_audio_seconds)")
     if audio.size == 0:
-        raise ValueError("ref_audio is empty")
+        raise ValueError(f"{field} is empty")
     if not np.isfinite(audio).all():
-        raise ValueError("ref_audio has samples that are not finite numbers (NaN or infinity)")
+        raise ValueError(f"{field} has samples that are not finite numbers (NaN or infinity)")
     mono = audio.mean(axis=1)
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")

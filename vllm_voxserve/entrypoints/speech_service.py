@@ -38,6 +38,7 @@ from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, new_stream
 
 from .reference_encoding import ReferenceEncoder
 from .speech_request import SpeechRequest, decode_reference_audio
+from .voice_store import VoiceStore
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +99,17 @@ class SpeechService:
         self.cancels = AudioCancels(engine_client)
         # Base: reference clips are encoded here, off the engine's step loop (reference_encoding.py)
         self.references = ReferenceEncoder(model_path) if self.tables.model_type == "base" else None
+        # Base: voices uploaded once, encoded (voice_store.py); None when voxserve.voices_dir is unset
+        self.voice_store = (VoiceStore(config.voices_dir, config.max_voices)
+                            if self.references is not None and config.voices_dir else None)
 
     def start(self) -> None:
         self.receiver.start()
 
     def voices(self) -> list[str]:
-        return sorted(self.tables.speakers)
+        """The names `voice` takes: the checkpoint's speakers (CustomVoice) or the uploaded voices (Base)."""
+        uploaded = [v.name for v in self.voice_store.list()] if self.voice_store is not None else []
+        return sorted(self.tables.speakers) + uploaded
 
     def prepare(self, request: SpeechRequest):
         """Validate and build (job, prompt ids, sampling params); raises ValueError for the client."""
@@ -121,7 +127,18 @@ class SpeechService:
             ref_audio = decode_reference_audio(request.ref_audio, max_bytes=config.max_ref_audio_bytes,
                                                max_seconds=config.max_ref_audio_seconds).tobytes()
         ref_text_ids: tuple[int, ...] = ()
-        if kind == "base":
+        stored = None
+        if kind == "base" and request.voice is not None and not request.ref_audio:
+            # without a clip, `voice` names an uploaded voice (with one, the clip is the voice, as before)
+            stored = self.voice_store.get(request.voice) if self.voice_store is not None else None
+            if stored is None:
+                raise ValueError(f"voice {request.voice!r} is not an uploaded voice; uploaded: {self.voices()}, "
+                                 "or send ref_audio")
+            if request.ref_text:
+                raise ValueError("ref_text is for ref_audio; voice names an uploaded voice, which has its own")
+            if not stored.x_vector_only:
+                ref_text_ids = tuple(encode_ref_text(self.tokenizer, stored.ref_text)[3:-2])
+        elif kind == "base":
             if not ref_audio:
                 raise ValueError("Base (voice cloning) needs `ref_audio`: base64 or a data URL of an audio clip")
             if not request.x_vector_only_mode:
@@ -139,9 +156,11 @@ class SpeechService:
             language=request.language.lower(),
             speaker=speaker.lower() if speaker else None,
             instruct_ids=tuple(encode_instruct(self.tokenizer, instruct)) if instruct.strip() else (),
-            x_vector_only=request.x_vector_only_mode if kind == "base" else False,
+            x_vector_only=(stored.x_vector_only if stored is not None else request.x_vector_only_mode)
+            if kind == "base" else False,
             ref_text_ids=ref_text_ids,
-            num_ref_frames=math.ceil(len(ref_audio) / 4 / SAMPLES_PER_FRAME) if ref_text_ids else 0,
+            num_ref_frames=(stored.num_ref_frames if stored is not None
+                            else math.ceil(len(ref_audio) / 4 / SAMPLES_PER_FRAME)) if ref_text_ids else 0,
             non_streaming=request.non_streaming_mode,
         )
         gen = self.generation_defaults
@@ -165,6 +184,7 @@ class SpeechService:
             audio_address=self.receiver.address,
             prompt=prompt,
             ref_audio=ref_audio,
+            **({"x_vector": stored.x_vector, "ref_codes": stored.ref_codes} if stored is not None else {}),
             fixed_length=request.ignore_eos,
             seed=request.seed,
             code_predictor=cp_sampling,
