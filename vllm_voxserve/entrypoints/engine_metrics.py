@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 from vllm_voxserve.speech_stats import STATS_RPC_METHOD
@@ -100,9 +101,15 @@ async def poll_engine_stats(engine_client, collector: EngineSpeechCollector,
         await asyncio.sleep(interval_s)
 
 
-def start_engine_metrics(engine_client, model_name: str) -> asyncio.Task:
-    """Register the collector in the registry vLLM serves and start polling."""
+def start_engine_metrics(engine_client, model_name: str) -> asyncio.Task | None:
+    """Register the collector in the registry vLLM serves and start polling. With several API servers vLLM serves
+    prometheus_client's multiprocess files, which a collector cannot write to: the engine's series are left out."""
     from prometheus_client import REGISTRY
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        logger.warning("voxserve: with several API servers /metrics has the speech API's series but not the "
+                       "engine's (codec lanes, backbone frames)")
+        return None
 
     collector = EngineSpeechCollector(model_name)
     REGISTRY.register(collector)
