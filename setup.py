@@ -6,7 +6,7 @@ setup(
     description="Streaming text-to-speech serving for speech language models, as a vLLM plugin",
     packages=find_packages(include=["vllm_voxserve", "vllm_voxserve.*"]),
     python_requires=">=3.10",
-    install_requires=["numpy", "soundfile", "soxr", "fastapi", "pyzmq"],
+    install_requires=["numpy", "soundfile", "soxr", "av", "fastapi", "pyzmq"],
     entry_points={
         # Both entry points are named "voxserve" so that VLLM_PLUGINS=voxserve enables the whole plugin.
         "vllm.general_plugins": ["voxserve = vllm_voxserve.plugin:register"],

@@ -206,17 +206,24 @@ class VoxServeConfig:
     max_instructions_chars: int = 4096
     max_ref_audio_bytes: int = 16 << 20
     max_ref_audio_seconds: float = 30.0
+    # Uploaded voices of a Base checkpoint (`POST /v1/audio/voices`): the folder they are kept in across restarts
+    # ("" turns uploads off) and how many it may hold.
+    voices_dir: str = ""
+    max_voices: int = 64
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_frames", "chunk_frames", "max_codec_slots", "max_codec_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
-        for name in ("max_request_bytes", "max_input_chars", "max_instructions_chars", "max_ref_audio_bytes"):
+        for name in ("max_request_bytes", "max_input_chars", "max_instructions_chars", "max_ref_audio_bytes",
+                     "max_voices"):
             _check_positive_int(f"voxserve.{name}", getattr(self, name))
         seconds = self.max_ref_audio_seconds
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
             raise ValueError(f"voxserve.max_ref_audio_seconds must be a number in (0, 3600], got {seconds!r}")
+        if not isinstance(self.voices_dir, str):
+            raise ValueError(f"voxserve.voices_dir must be a folder path (a string), got {self.voices_dir!r}")
         for name in ("admin_routes", "code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
                      "codec_compile"):
             if not isinstance(getattr(self, name), bool):

@@ -29,7 +29,7 @@ class SlowRpcEngine:
         return [{"status": 200, "cancelled": len(args[0])}]
 
     async def generate(self, prompt, params, request_id):
-        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=None)])
+        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=None, token_ids=[])])
 
 
 class FakeReceiver:

@@ -41,7 +41,7 @@ class FakeService:
     def prepare(self, request):
         return None, [0], None
 
-    async def synthesize(self, job, prompt_ids, params):
+    async def synthesize(self, job, prompt_ids, params, usage=None):
         if isinstance(self.outcome, Exception):
             raise self.outcome
         for chunk in self.outcome:
@@ -84,7 +84,7 @@ class RejectingEngine:
     async def generate(self, prompt, params, request_id):
         yield types.SimpleNamespace(finished=False, outputs=[])  # an earlier, unfinished output is not a rejection
         stop = encode_rejection(3.4, "server at capacity: streams in progress need more")
-        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=stop)])
+        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=stop, token_ids=[])])
 
 
 def test_service_turns_the_schedulers_rejection_into_overloaded():

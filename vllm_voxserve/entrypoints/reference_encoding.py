@@ -41,6 +41,10 @@ class ReferenceEncoder:
                                                      job.prompt.x_vector_only)
         return dataclasses.replace(job, ref_audio=b"", x_vector=x_vector, ref_codes=codes)
 
+    async def encode_clip(self, audio: bytes, x_vector_only: bool) -> tuple[bytes, bytes]:
+        """`encode_now` on the encoder's thread (an uploaded voice, encoded once)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.encode_now, audio, x_vector_only)
+
     @torch.inference_mode()
     def encode_now(self, ref_audio: bytes, x_vector_only: bool) -> tuple[bytes, bytes]:
         """(x-vector as float32 bytes, reference codes [frames, 16] as int32 bytes, empty with `x_vector_only`)."""

@@ -88,6 +88,7 @@ class AudioPipeline:
         self.frame_store = FrameStore(config.max_codec_slots, max(config.first_chunk_frames, config.chunk_frames),
                                       program.codes_per_frame, device)
         self.chunks_sent = 0  # over all requests, since start-up
+        self.frames_pushed = 0  # backbone frames handed over, since start-up (the speech metrics' frame rate)
         # per request, at its first audio: (first chunk cut - taken up, first audio - first chunk cut) in seconds, the
         # worker's share of its time to first audio; the runtime drains it into the step log
         self.first_audio_paths: list[tuple[float, float]] = []
@@ -180,6 +181,7 @@ class AudioPipeline:
 
     def push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
         """codes [n, 16]: one finished frame per entry of req_ids (in frame order per request)."""
+        self.frames_pushed += len(req_ids)
         try:
             self._push(codes, req_ids)
         finally:

@@ -21,6 +21,7 @@ from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.models.step_layout import StepLayout
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
+from vllm_voxserve.speech_stats import EngineSpeechStats
 from vllm_voxserve.step_host_times import StepHostTimes
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
@@ -191,6 +192,7 @@ class SpeechRuntime:
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
         self.thread_cpu = ThreadCpu()  # with each of its lines: the process's busy threads (GIL contenders)
         self.gc_pauses = process_gc_pauses()  # and the garbage collector's pauses
+        self.speech_stats = EngineSpeechStats()  # what /metrics shows of the engine (rpc.stats_call reads it)
         self._suspended: set[str] = set()  # preempted requests Model Runner V2 removed and will re-add
         # GPU: the scheduler's cost model learns each step's device time (host timings of async steps mislead)
         self.device_steps = (DeviceStepTimer(lambda: torch.cuda.Event(enable_timing=True))
@@ -226,6 +228,7 @@ class SpeechRuntime:
         lanes = self.pipeline.lanes
         if lanes is not None:  # the codec lanes' batches, timed by the lanes in either case
             samples.extend(lanes.take_cost_samples())
+        self.speech_stats.observe(samples)
         # cumulative like the progress: every failed request vLLM has not finished yet, so the scheduler ends it
         failed = {r: m for r, m in self._failed.items() if m is not None and r in self.model.requests}
         return StepReport(now, progress, costs=samples, failed=failed)
