@@ -4,7 +4,7 @@ and the worker (`worker/`). Each side imports these names from here, never from 
     API server --SamplingParams.extra_args (JOB_KEY, PLAN_KEY)--> engine core --> worker
     worker --StepReport on each step's output--> engine core (`compat.attach_step_report`)
     engine core --stop_reason (rejection, failure)--> API server
-    API server --collective_rpc (MODE_RPC_METHOD, CANCEL_RPC_METHOD, STATS_RPC_METHOD)--> worker; replies are plain dicts
+    API server --collective_rpc (MODE_RPC_METHOD, CANCEL_RPC_METHOD, STATS_RPC_METHOD)--> worker; replies are dicts
     worker --audio channel (`transport`)--> API server
 
 Pure Python: no vLLM, no torch. All times are seconds on `time.monotonic()`, which is system-wide on Linux, so the
