@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 # Codec frames per backbone frame that a split must measure to keep up when serving. Served, the codec does more than
 # the measured background batches (first chunks on the urgent lane, last chunks padded to a prepared length, batches
-# split by chunk length, idle gaps until the lane's next batch is fed). Session 8 on the H200 served the split whose
+# split by chunk length, idle gaps until the lane's next batch is fed). Run 2026-12-01_21d5739 on the H200 served the
+# split whose
 # codec measured 1.09x (48 of 132 SMs): at 56 req/s its background lane was 80 % busy with 700-1,500 chunks waiting
 # and up to all codec slots held, so the codec, not the backbone, bound capacity. 1.25 lies between that failing 1.09
 # and the 1.54 of 64 SMs, which picks 64 from that Figure 3; it is a judgment, not a fit.

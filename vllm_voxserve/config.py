@@ -68,10 +68,11 @@ class LaneSplitConfig:
     `group` gets `group_sms` SMs, the other side the rest. Unused on CPU."""
 
     group: str = "codec"  # "codec" or "lm"
-    # Figure 3's split chooser picks 64 codec SMs on the H200 since the code predictor got faster (sessions 5 and 6,
+    # Figure 3's split chooser picks 64 codec SMs on the H200 since the code predictor got faster (runs
+    # 2026-11-30_5a7f644 and 2026-11-30_cf01941,
     # benchmarks/results/h200/): the codec bounds capacity, and 48 req/s of the LibriTTS workload needs about 4,700
     # codec frames/s, where 48 SMs beside the backbone gave 5,250 and 64 gave 6,907. Served with 64, 48 req/s met
-    # the SLO for 98 % and 93 % of requests (two runs); the 48-SM server of the same session hung before it was
+    # the SLO for 98 % and 93 % of requests (two runs); the 48-SM server of the same run hung before it was
     # probed there (the stale stream count fixed in the scheduler adapter), so the served A/B is still to run.
     group_sms: int = 64
 
@@ -92,7 +93,7 @@ class LaneExecutables:
     frame_counts: tuple[int, ...] = ()  # chunk lengths with executables; () means the configured chunk sizes
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes of the urgent lane's executables
     # largest background batch (executables at powers of two up to it): at 80-96 req/s on the H200 the background
-    # lane was busy 100 % with batches of 56-64 (session 10)
+    # lane was busy 100 % with batches of 56-64 (run 2026-12-01_2a42666)
     background_max_batch: int = 64
     # background batches in flight at once, each with its own executables: 2 queues the next behind the running one,
     # so the codec partition does not idle until the next engine step feeds it
@@ -124,7 +125,8 @@ class LanesConfig(LaneExecutables):
     # own stream, the background codec lane's priority: an SM that frees up takes a pending block of either. "high"
     # (default): above the background lane, below the urgent lane, so the backbone's blocks go first onto any SM
     # that frees up (the codec partition's too) and the codec runs in what the backbone leaves. On the H200 beside a
-    # busy 64-SM codec lane (session 17, batch 192, benchmarks.backbone_priority): a step 15.2 ms at "least", 12.7
+    # busy 64-SM codec lane (run 2026-12-02_78cd88a, batch 192, benchmarks.backbone_priority): a step 15.2 ms at
+    # "least", 12.7
     # at "high" (9.5 alone), the codec's 64 x 10-frame batch 32.0 and 45.6 ms; served with it, `lanes` met 99.73 %
     # at 120 req/s. Set at start-up.
     backbone_priority: str = "high"
@@ -167,13 +169,14 @@ class VoxServeConfig:
     codec_mode: CodecMode = CodecMode.AUTO
     # Codec state slots (requests whose codec state lives on the device at once): the running streams plus those
     # whose last chunks are still decoding. The config hook derives the served number from the GPU
-    # (serving_defaults.py); 512 beside 384 decode rows is what the H200 served 120 req/s with (session 17).
+    # (serving_defaults.py); 512 beside 384 decode rows is what the H200 served 120 req/s with (run 2026-12-02_78cd88a).
     max_codec_slots: int = 512
     # Largest number of chunks decoded in one codec batch.
     max_codec_batch: int = 16
     # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental
     # decode is checked). torch 2.11's CPU bf16 conv1d is 42 % off for a 1x1 conv over exactly 5 frames; the codec's
-    # one such conv (the quantizer's projection) runs as a matmul since session 6, and bf16 on CPU stays within its
+    # one such conv (the quantizer's projection) runs as a matmul since run 2026-11-30_cf01941, and bf16 on CPU stays
+    # within its
     # rounding (tests/codec_lanes/test_qwen3_codec_program.py).
     codec_dtype: str = "auto"
     # The served code predictor on GPU: torch.compile its frame, and replay it from CUDA graphs per batch bucket
@@ -183,7 +186,7 @@ class VoxServeConfig:
     # Our Triton kernels in the code predictor's frame on GPU (models/qwen3_tts/cp_kernels.py): each layer pass's
     # attention as one kernel instead of about seven, each sampling step's top candidates as one sorting kernel
     # instead of torch.topk's two. H200, compiled frame in a CUDA graph: 4.15 -> 3.87 ms at batch 2, 5.05 -> 4.17 ms
-    # at 64, 5.43 -> 5.07 ms at 128 (benchmarks/code_predictor_step.py, results/h200/2026-11-30_session5).
+    # at 64, 5.43 -> 5.07 ms at 128 (benchmarks/code_predictor_step.py, results/h200/2026-11-30_5a7f644).
     code_predictor_kernels: bool = True
     # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): a compile at start-up for
     # each chunk length, every batch size >= 2 (codec_program.py). H200, 10-frame chunks, bf16 graphs: 1 chunk 3.4

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root: keep the pieces of one carried piece folder (made by
-# benchmarks/gpu_host/stack_pieces.sh) under STAGE (default /opt/vox-stage, which lives while the host stays warm), rebuild
+# benchmarks/gpu_host/stack_pieces.sh) under STAGE (default /opt/vox-stage, kept while the host lives), rebuild
 # every file whose pieces are all there (checked against the manifest's sha256), and install each part of the stack
 # (part1.tar.xz, part2/, part3/) once all its files are rebuilt, with the bundle's install.sh (INSTALL, default
 # .gpu/install.sh). Prints the environment to use, as install.sh does:

@@ -88,7 +88,7 @@ class LaneManager:
         self.pool.reset(torch.arange(n + 2, dtype=torch.int64, device=partitions.device))
         self.slots = SlotAllocator(n)
         # Building the lanes compiles the codec (first lane) and captures every graph: most of a GPU server's
-        # start-up in session 7 (3.8 of 6.2 minutes), timed here to say which part.
+        # start-up in run 2026-12-01_530eabc (3.8 of 6.2 minutes), timed here to say which part.
         started = time.perf_counter()
         urgent = make_urgent_lane(program, self.pool, partitions, config.frame_counts, n, config.use_graphs,
                                   config.urgent_buckets)

@@ -55,7 +55,8 @@ class SchedulerPolicyConfig:
     min_retry_after_s: float = 1.0
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
     # The cost model's seed, whose shape measured costs scale (costs.py): "paper_h100" (the paper's H100), "h200"
-    # (session 17's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's capacity is
+    # (run 2026-12-02_78cd88a's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's
+    # capacity is
     # extrapolated along it to full batches before they are measured.
     cost_seed: str = "paper_h100"
     # background codec lane SMs (the cost seed's codec line scales with them); urgent and prefill work use the whole GPU

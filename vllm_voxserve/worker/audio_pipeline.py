@@ -269,7 +269,8 @@ class AudioPipeline:
     def cancel(self, stream_keys: list[str]) -> int:
         """The listeners of these streams left (the API server closed them): end each now, dropping its frames and
         chunks not yet decoded, and send nothing more. vLLM's abort stops the backbone, but a request that finished
-        generating before its listener left still has its audio to decode: in session 8 on the H200, ~1,500 chunks of
+        generating before its listener left still has its audio to decode: in run 2026-12-01_21d5739 on the H200,
+        ~1,500 chunks of
         the requests of a probe cut short kept the codec lanes and all 256 codec slots busy into the next window.
         Returns how many streams were open here."""
         wanted = set(stream_keys)

@@ -81,7 +81,8 @@ class LaneDispatch:
         self.cost_samples: deque[CostSample] = deque(maxlen=4096)
         # host seconds of the pumps since the step log last read them, by part: harvest (finished batches to host
         # tensors), deliver (their audio sent, ENDs), plan, launch, and drain (a blocking pump's harvest, waits
-        # included). Session 7 on the H200: the harvest with delivery was the pump's tail (p99 7-13 ms a step against
+        # included). Run 2026-12-01_530eabc on the H200: the harvest with delivery was the pump's tail (p99 7-13 ms a
+        # step against
         # 15-165 us at the median, 40-48 req/s); delivery is now apart, to say which it is.
         self.pump_seconds = dict.fromkeys(("harvest", "deliver", "plan", "launch", "drain"), 0.0)
 
@@ -119,7 +120,7 @@ class LaneDispatch:
     def settle(self) -> None:
         """After a request left the generating set: drain when none is left generating, since the engine may take
         no further step. Otherwise the engine steps again and its step pumps: a pump here for each finished request
-        cost 2.4 % of the engine thread at 60 req/s on the H200 (session 9's host profile)."""
+        cost 2.4 % of the engine thread at 60 req/s on the H200 (run 2026-12-01_a7fe391's host profile)."""
         if all(r.state.generation_done for r in self.requests.values()):
             self.drain()
 

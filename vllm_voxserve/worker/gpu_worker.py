@@ -30,7 +30,7 @@ class VoxServeGPUWorker(Worker):
     def init_device(self) -> None:
         # Both before the model loads, as the codec and the code predictor compile while it is built. The thread
         # count first: dynamo's guards hold it, so setting it after the compile made the inline codec's first call
-        # compile the codec again (52-55 s per switch to `inline` or `vllm-stock`, session 10's serve logs).
+        # compile the codec again (52-55 s per switch to `inline` or `vllm-stock`, run 2026-12-01_2a42666's serve logs).
         serve_on_one_intra_op_thread()
         load_compile_cache(cache_path())
         Qwen3TTSForVllm.model_state_cls = SpeechModelState  # asked for by Model Runner V2 when it loads the model
@@ -85,7 +85,8 @@ class VoxServeGPUWorker(Worker):
 
 def serve_on_one_intra_op_thread() -> None:
     """The worker serves many small host steps on one thread. torch would fan a large CPU op out to a thread per
-    core, and those threads spin between steps beside the engine's own (session 9 on the H200, lanes mode: 15 of
+    core, and those threads spin between steps beside the engine's own (run 2026-12-01_a7fe391 on the H200, lanes
+    mode: 15 of
     them at 23-35 % of a CPU each while the engine's thread was 80-94 % busy). OMP_NUM_THREADS, if set, wins."""
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
