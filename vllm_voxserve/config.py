@@ -74,7 +74,7 @@ class LaneSplitConfig:
     # codec frames/s, where 48 SMs beside the backbone gave 5,250 and 64 gave 6,907. Served with 64, 48 req/s met
     # the SLO for 98 % and 93 % of requests (two runs); the 48-SM server of the same run hung before it was
     # probed there (the stale stream count fixed in the scheduler adapter), so the served A/B is still to run.
-    group_sms: int = 64
+    group_sms: int = 64  # SMs of the split's `group` side (64 of 132 on the H200)
 
     def __post_init__(self) -> None:
         if self.group not in ("codec", "lm"):
@@ -94,10 +94,10 @@ class LaneExecutables:
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes of the urgent lane's executables
     # largest background batch (executables at powers of two up to it): at 80-96 req/s on the H200 the background
     # lane was busy 100 % with batches of 56-64 (run 2026-12-01_2a42666)
-    background_max_batch: int = 64
+    background_max_batch: int = 64  # largest background codec batch (graphs at powers of two)
     # background batches in flight at once, each with its own executables: 2 queues the next behind the running one,
     # so the codec partition does not idle until the next engine step feeds it
-    background_depth: int = 2
+    background_depth: int = 2  # background batches in flight at once
     use_graphs: bool = True  # CUDA graphs per (bucket, frames); ignored on CPU
 
     def __post_init__(self) -> None:
@@ -129,7 +129,7 @@ class LanesConfig(LaneExecutables):
     # "least", 12.7
     # at "high" (9.5 alone), the codec's 64 x 10-frame batch 32.0 and 45.6 ms; served with it, `lanes` met 99.73 %
     # at 120 req/s. Set at start-up.
-    backbone_priority: str = "high"
+    backbone_priority: str = "high"  # CUDA stream priority of the backbone (GPU)
 
     def __post_init__(self) -> None:
         LaneExecutables.__post_init__(self)  # (zero-argument super() fails in a slots dataclass)
@@ -162,36 +162,36 @@ class LanesConfig(LaneExecutables):
 @dataclasses.dataclass(frozen=True, slots=True)
 class VoxServeConfig:
     # Audio chunking: the first chunk may be shorter for a fast first audio; later chunks are `chunk_frames` long.
-    first_chunk_frames: int = 5  # the H200 runs: p99 first audio 175 ms at 32 req/s (lanes); each frame is a step
-    chunk_frames: int = 10
+    first_chunk_frames: int = 5  # frames in a stream's first chunk (80 ms each)
+    chunk_frames: int = 10  # frames in each later chunk
     # Default streaming SLO; a request may set its own.
-    ttfa_slo_ms: float = 200.0
-    codec_mode: CodecMode = CodecMode.AUTO
+    ttfa_slo_ms: float = 200.0  # first-audio target T; a request may set its own
+    codec_mode: CodecMode = CodecMode.AUTO  # "auto" (lanes on GPU, inline on CPU), "lanes" or "inline"
     # Codec state slots (requests whose codec state lives on the device at once): the running streams plus those
     # whose last chunks are still decoding. The config hook derives the served number from the GPU
     # (serving_defaults.py); 512 beside 384 decode rows is what the H200 served 120 req/s with (run 2026-12-02_78cd88a).
-    max_codec_slots: int = 512
+    max_codec_slots: int = 512  # codec state slots on the device (derived from the GPU)
     # Largest number of chunks decoded in one codec batch.
-    max_codec_batch: int = 16
+    max_codec_batch: int = 16  # most chunks in one inline codec batch
     # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental
     # decode is checked). torch 2.11's CPU bf16 conv1d is 42 % off for a 1x1 conv over exactly 5 frames; the codec's
     # one such conv (the quantizer's projection) runs as a matmul since run 2026-11-30_cf01941, and bf16 on CPU stays
     # within its
     # rounding (tests/codec_lanes/test_qwen3_codec_program.py).
-    codec_dtype: str = "auto"
+    codec_dtype: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
     # The served code predictor on GPU: torch.compile its frame, and replay it from CUDA graphs per batch bucket
     # in the steps vLLM does not capture whole (both ignored on CPU).
-    code_predictor_compile: bool = True
-    code_predictor_graphs: bool = True
+    code_predictor_compile: bool = True  # torch.compile the code predictor's frame (GPU)
+    code_predictor_graphs: bool = True  # replay that frame from CUDA graphs (GPU)
     # Our Triton kernels in the code predictor's frame on GPU (models/qwen3_tts/cp_kernels.py): each layer pass's
     # attention as one kernel instead of about seven, each sampling step's top candidates as one sorting kernel
     # instead of torch.topk's two. H200, compiled frame in a CUDA graph: 4.15 -> 3.87 ms at batch 2, 5.05 -> 4.17 ms
     # at 64, 5.43 -> 5.07 ms at 128 (benchmarks/code_predictor_step.py, results/h200/2026-11-30_5a7f644).
-    code_predictor_kernels: bool = True
+    code_predictor_kernels: bool = True  # the plugin's Triton kernels in that frame (GPU)
     # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): a compile at start-up for
     # each chunk length, every batch size >= 2 (codec_program.py). H200, 10-frame chunks, bf16 graphs: 1 chunk 3.4
     # -> 1.8 ms, 16 chunks 15.8 -> 9.8 ms on the whole GPU (benchmarks/codec_step.py)
-    codec_compile: bool = True
+    codec_compile: bool = True  # torch.compile the codec (GPU)
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -200,19 +200,19 @@ class VoxServeConfig:
     lanes: LanesConfig = LanesConfig()
     # `GET /voxserve/modes` and `POST /voxserve/mode` (live mode switches, for benchmarks): off answers 404; on, they
     # take the API key (`--api-key` / VLLM_API_KEY) whenever one is set, and only JSON bodies.
-    admin_routes: bool = False
+    admin_routes: bool = False  # serve the /voxserve/* mode-switch routes
     # Request limits of the HTTP API, each refused with a 4xx naming what is over: the body's bytes (checked before
     # it is read), `input` and `ref_text` characters, `instructions` characters, and the reference clip's decoded
     # file bytes and seconds (a 30 s clip at 48 kHz, stereo, float32 is 11.5 MB).
-    max_request_bytes: int = 24 << 20
-    max_input_chars: int = 4096
-    max_instructions_chars: int = 4096
-    max_ref_audio_bytes: int = 16 << 20
-    max_ref_audio_seconds: float = 30.0
+    max_request_bytes: int = 24 << 20  # largest request body
+    max_input_chars: int = 4096  # longest `input` and `ref_text`
+    max_instructions_chars: int = 4096  # longest `instructions`
+    max_ref_audio_bytes: int = 16 << 20  # largest decoded `ref_audio` file
+    max_ref_audio_seconds: float = 30.0  # longest `ref_audio` clip
     # Uploaded voices of a Base checkpoint (`POST /v1/audio/voices`): the folder they are kept in across restarts
     # ("" turns uploads off) and how many it may hold.
-    voices_dir: str = ""
-    max_voices: int = 64
+    voices_dir: str = ""  # folder of uploaded voices ("": uploads off)
+    max_voices: int = 64  # most uploaded voices kept
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_frames", "chunk_frames", "max_codec_slots", "max_codec_batch"):

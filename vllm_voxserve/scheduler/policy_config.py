@@ -25,8 +25,8 @@ class SchedulerPolicyConfig:
     chunk_frames: int = 10
     first_chunk_frames: int = 10  # a shorter first chunk lowers TTFA
     # codec routing
-    urgent_margin_s: float = 0.1  # δu
-    background_min_batch: int = 8  # B
+    urgent_margin_s: float = 0.1  # a chunk this close to its deadline goes to the urgent lane
+    background_min_batch: int = 8  # smallest background batch launched without urgency
     background_max_batch: int = 64  # largest background executable (codec graphs at powers of two)
     urgent_max_batch: int = 8  # largest urgent executable
     early_launch_slack_s: float = 0.1  # launch a small background batch once the earliest chunk has less slack
@@ -34,31 +34,31 @@ class SchedulerPolicyConfig:
 
     # The largest decode batch; the config hook derives the served one from the GPU (serving_defaults.py). 384: what
     # the H200 served 120 req/s at 99.73 % with (2026-12-02, 78cd88a).
-    max_decode_batch: int = 384
+    max_decode_batch: int = 384  # most requests in one decode step (derived from the GPU)
     max_prefills_per_step: int = 8  # waiting requests one prefill may pack (within max_prefill_tokens)
-    max_prefill_tokens: int = 2048
-    max_prefill_deferral_s: float = 0.1
-    admission_mode: str = "deadline_aware"
+    max_prefill_tokens: int = 2048  # most prompt tokens in one step's prefills
+    max_prefill_deferral_s: float = 0.1  # longest a prefill waits for running streams' slack
+    admission_mode: str = "deadline_aware"  # "deadline_aware" or "prefill_first"
     # overload
-    overload_mode: str = "reject"
+    overload_mode: str = "reject"  # "reject": 503 past capacity; "off": admit everything
     demand_horizons_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)  # windows the frame demand is checked over
     # share of a lane's frame rate (backbone, codec) that admitted streams may need; simulated with H200-shaped costs
     # (benchmarks/simulation), 0.85 let ≈ 5-9 % of admitted requests stall at 1.5-2x capacity, 0.8 under 1 %
-    capacity_headroom: float = 0.8
+    capacity_headroom: float = 0.8  # share of a lane's frame rate admitted streams may need
     # weigh the background codec lane's frame rate at arrival beside the backbone's; off, the backbone's alone (the
     # guard before the codec lane was modelled: past capacity it admitted what the codec lane could not decode)
-    codec_admission: bool = True
+    codec_admission: bool = True  # weigh the codec lane's frame rate at arrival too
     # bound the requests in progress by a limit learned from the first audio delivered (concurrency_limit.py): the
     # feedback that holds goodput where the cost model overestimates what the server keeps on time
-    feedback_limit: bool = True
+    feedback_limit: bool = True  # bound requests in progress by the first audio delivered
     demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
-    min_retry_after_s: float = 1.0
+    min_retry_after_s: float = 1.0  # smallest Retry-After of a 503
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
     # The cost model's seed, whose shape measured costs scale (costs.py): "paper_h100" (the paper's H100), "h200"
     # (run 2026-12-02_78cd88a's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's
     # capacity is
     # extrapolated along it to full batches before they are measured.
-    cost_seed: str = "paper_h100"
+    cost_seed: str = "paper_h100"  # cost model seed: "paper_h100" or "h200" (derived from the GPU)
     # background codec lane SMs (the cost seed's codec line scales with them); urgent and prefill work use the whole GPU
     codec_sms: int = 32
 
