@@ -15,6 +15,8 @@ Where the newest tested version (0.32) stands on other footing than 0.26:
 - CUDA graph capture (Model Runner V2): `graph_capture(device)` makes its own stream and takes no context, and FULL
   graphs are captured on the current stream, not torch's default capture stream: `capture_vllm_graphs_on` has no
   footing there, so `lanes.backbone_priority` other than "least" and `lanes.lm_partition` need 0.26's hooks.
+- Batch-invariant execution moved to `vllm.model_executor.determinism` (configs per op); the plugin does not use it
+  on any version: a seeded request's codes come from its own counter noise (models/seeded_noise.py).
 - The endpoint-plugin interface (`vllm.plugins.endpoint_plugins.interface.EndpointPlugin`: `attach_router`,
   `init_state`) and the model's `get_model_state_cls` hook are public in both and unchanged.
 """
