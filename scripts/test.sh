@@ -6,10 +6,13 @@
 #                                        either run fails (CI's command)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# What the newest vLLM runs: the tests of the code that touches vLLM (the plugin, the hook checks, the scheduler
-# and worker adapters) and servers that cover the speech API, the codec modes and vLLM's preemption.
+# What the newest vLLM runs (about 10 minutes on 2 cores): the tests of the code that touches vLLM (the plugin, the
+# hook checks, the scheduler and worker adapters) and the servers that go through its scheduler, runner and RPCs:
+# the speech API, the serving-mode switches, failed requests, seeded sampling in a batch, clients leaving.
 RANGE_TESTS=(tests/test_plugin.py tests/test_compat.py tests/scheduler/test_adapter.py tests/worker
-             tests/entrypoints/test_speech_server.py)
+             tests/entrypoints/test_speech_server.py tests/entrypoints/test_codec_mode_server.py
+             tests/entrypoints/test_fault_isolation_server.py tests/entrypoints/test_seed_batch_invariance_server.py
+             tests/entrypoints/test_disconnects_server.py)
 eval "$(bash scripts/register_without_pip.sh "$PWD/.cache/entry-points")"  # this checkout, with its vLLM entry points
 bash scripts/install_parity.sh > /dev/null  # the official qwen-tts 0.1.1 environment for the parity tests
 export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind} OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
