@@ -1,9 +1,10 @@
-"""The served arrangement, side by side: the backbone's decode step on the whole GPU (vLLM's graphs with
-`lanes.lm_partition` off) captured at a stream priority, beside the codec's background batches on the codec partition.
+"""The served arrangement, side by side: the backbone's decode step on the whole GPU (as vLLM's graphs run)
+captured at a stream priority, beside the codec's background batches on the codec partition.
 
 A graph runs at the priority of the stream it was captured on (notes/green-contexts.md), and a stream's priority only
 orders which pending thread blocks an SM takes next: a higher-priority backbone takes the codec partition's SMs as the
-codec's blocks finish, and the codec runs in what the backbone leaves. Served at 112 req/s (session 16), decode steps
+codec's blocks finish, and the codec runs in what the backbone leaves. Served at 112 req/s (run 2026-12-02_f0a91d7),
+decode steps
 took about 1.5x their codec-inline time beside a busy codec lane, at equal priorities.
 
 For each codec partition size and backbone priority: both graphs replayed back to back on their streams at once; the
@@ -24,11 +25,10 @@ import torch
 
 from benchmarks.fig3.backbone import backbone_step_factory
 from benchmarks.fig3.measure import build_codec
+from benchmarks.split_chooser import codec_step_factory
 from vllm_voxserve.codec_lanes.executables import capture_step_graphs
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
-from vllm_voxserve.codec_lanes.split_chooser import codec_step_factory
-from vllm_voxserve.config import BACKBONE_PRIORITIES, VoxServeConfig, backbone_stream_priority
-from vllm_voxserve.models.qwen3_tts.codec_program import form_arguments
+from vllm_voxserve.config import BACKBONE_PRIORITIES, backbone_stream_priority
 
 
 def alone_ms(graph, stream, reps: int = 10) -> float:
@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--out", default="priority.json")
     args = ap.parse_args()
     torch.manual_seed(0)
-    codec = build_codec(torch.bfloat16, True, **form_arguments(VoxServeConfig()))  # the served form
+    codec = build_codec(torch.bfloat16, True)  # the served form
     make_codec = codec_step_factory(codec, args.frames, torch.device("cuda"))
     make_backbone = backbone_step_factory(context=args.context)
     least, greatest = torch.cuda.Stream.priority_range()

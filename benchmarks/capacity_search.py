@@ -75,7 +75,7 @@ async def search_capacity(evaluate: Callable[[float], Awaitable[float]], thresho
                 return max(lo, top)
             hi = top
     if lo == 0:  # the start missed: step down from it (1, 2, 4 ... grid steps), since a start is usually a guess
-        # near capacity (the last session's, or the previous mode's): halving from it cost session 16 its budget
+        # near capacity (the last run's, or the previous mode's): halving from it cost run 2026-12-02_f0a91d7 its budget
         step = resolution
         while hi - step >= resolution - 1e-9:
             rate = _on_grid(hi - step, resolution)

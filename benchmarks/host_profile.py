@@ -2,7 +2,7 @@
 
 STACKS is py-spy's raw (collapsed) output (or its .xz), sampled with thread names and without line numbers, e.g.
 `py-spy record --pid PID --duration 10 --rate 250 --format raw --nolineno --threads --nonblocking --output STACKS`
-(scripts/gpu_profile_host.sh samples the engine core and the API server under load). Only busy samples are recorded,
+(benchmarks/gpu_host/profile_host.sh samples the engine core and the API server under load). Only busy samples are recorded,
 so a thread's samples are its CPU time; a CUDA wait that spins counts as busy. For each thread with the most samples
 it prints the functions by inclusive share (on the stack) and by self share (at the top of the stack); with
 `--under FUNC` (a frame's start, e.g. "pump (vllm_voxserve"), what that function's time went to, one call level down.

@@ -23,7 +23,7 @@ from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.step_buffers import DecodeRow, ServedRequest, StepBuffers
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.runtime import SpeechRuntime
-from vllm_voxserve.worker.step_layout import StepLayout
+from vllm_voxserve.models.step_layout import StepLayout
 
 
 def main() -> None:

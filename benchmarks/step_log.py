@@ -1,6 +1,6 @@
 """The served step log as a table: `python -m benchmarks.step_log SERVE_LOG [--json OUT]`.
 
-The worker logs one `voxserve step host time over N steps ...` line per window (`worker/step_timing.py`: every
+The worker logs one `voxserve step host time over N steps ...` line per window (`step_host_times.py`: every
 2,000 steps or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's
 rates: steps, mean decode batch, the backbone's frames per second, decode and prompt-carrying steps' device time
 (p50), the step interval (p50/p90), the device's idle gap before a step (p50/p90: the host time it waited for), our

@@ -280,7 +280,7 @@ def open_session() -> aiohttp.ClientSession:
     # No connection cap: an open-loop client must not queue requests on its own side. Idle connections are dropped
     # after 2 s, before the server's keep-alive (uvicorn's 5 s, vLLM's default) ends them: a request sent on a
     # connection the server is closing fails as ServerDisconnectedError without reaching it (the likely cause of the
-    # one such failure among session 5's 23,822 requests on the H200, which the server never logged).
+    # one such failure among run 2026-11-30_5a7f644's 23,822 requests on the H200, which the server never logged).
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
 

@@ -1,7 +1,7 @@
 """Where a profiled step's GPU time goes: `python -m benchmarks.trace_summary TRACE [--top 25]`.
 
 TRACE is a Chrome trace from torch's profiler (`.json` or `.json.gz`, e.g. what vLLM writes under
-`--profiler-config '{"profiler": "torch", "torch_profiler_dir": ...}'`, see scripts/gpu_profile_step.sh). Prints the
+`--profiler-config '{"profiler": "torch", "torch_profiler_dir": ...}'`, see benchmarks/gpu_host/profile_step.sh). Prints the
 kernels with the most device time (summed over the trace), the device's busy share of the traced span (kernels and
 copies merged over all streams), and the longest idle gaps between them.
 """

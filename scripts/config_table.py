@@ -85,8 +85,12 @@ def one_line(comment: str, limit: int = DOC_CHARS) -> str:
 
 
 def class_comments(cls: type) -> dict[str, str]:
-    source = Path(inspect.getsourcefile(cls)).read_text()
-    return field_comments(source, cls.__name__)
+    """The field comments of a dataclass, its inherited fields' from the class that declares them."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(field_comments(Path(inspect.getsourcefile(klass)).read_text(), klass.__name__))
+    return docs
 
 
 # --- rows -------------------------------------------------------------------------------------------------------
@@ -126,10 +130,10 @@ def rows(instance: Any, prefix: str = "", skip: frozenset[str] = frozenset()) ->
 
 
 def mirrored_keys() -> tuple[str, ...]:
-    """Policy keys set at the top level only (the scheduler section refuses them)."""
+    """Policy keys set at the top level or derived (the scheduler section refuses them)."""
     from vllm_voxserve import config
 
-    return tuple(getattr(config, "_POLICY_FROM_TOP_LEVEL", ()))
+    return tuple(getattr(config, "_POLICY_FROM_TOP_LEVEL", ())) + tuple(getattr(config, "_POLICY_DERIVED", ()))
 
 
 def table(instance: Any) -> str:

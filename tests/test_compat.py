@@ -79,7 +79,7 @@ def test_a_newly_required_parameter_stops_what_the_plugin_calls(monkeypatch):
 
 
 def test_the_gpu_lanes_settings_decide_whether_the_capture_stream_hooks_are_needed():
-    lanes = type("Lanes", (), {"backbone_priority": "least", "lm_partition": False})
+    lanes = type("Lanes", (), {"backbone_priority": "least"})
     assert compat.CAPTURE_STREAM not in compat.serving_uses(False, lanes)
     lanes.backbone_priority = "high"
     assert compat.CAPTURE_STREAM in compat.serving_uses(False, lanes)
@@ -137,3 +137,18 @@ def test_mode_rpc_goes_through_our_scheduler_and_nothing_else_does():
     core.scheduler = object()  # a scheduler without the serving modes (a user's --scheduler-cls): untouched
     EngineCore.collective_rpc(core, "voxserve_codec_mode", None, (STOCK_MODE,))
     assert sent[-1] == ("voxserve_codec_mode", (STOCK_MODE,))
+
+
+def test_a_step_report_rides_on_vllms_model_runner_output():
+    """`ModelRunnerOutput` must take an extra attribute (a slotted dataclass would refuse it) and keep it through
+    pickling (the worker and the engine core may be different processes)."""
+    import pickle
+
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    from vllm_voxserve.contract import StepReport
+
+    output = ModelRunnerOutput(req_ids=["r"], req_id_to_index={"r": 0})
+    assert compat.step_report_of(output) is None
+    compat.attach_step_report(output, lambda: StepReport(1.0, failed={"r": "boom"}))
+    assert compat.step_report_of(pickle.loads(pickle.dumps(output))) == StepReport(1.0, failed={"r": "boom"})

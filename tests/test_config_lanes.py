@@ -28,7 +28,6 @@ def test_lanes_default_to_the_chunk_sizes_and_round_trip():
     ({"split": {"sms": 8}}, "unknown voxserve.lanes.split keys"),
     ({"split": 8}, "must be an object"),
     ({"backbone_priority": "urgent"}, "backbone_priority must be one of"),
-    ({"lm_partition": True}, "with voxserve.lanes.lm_partition set it to 'least'"),
     (3, "must be an object"),
 ])
 def test_bad_lanes_fail_at_start_up(lanes, message):
@@ -36,15 +35,20 @@ def test_bad_lanes_fail_at_start_up(lanes, message):
         VoxServeConfig.from_dict({"lanes": lanes})
 
 
-def test_the_cost_models_codec_share_follows_the_split_unless_the_policy_sets_its_own():
+def test_the_cost_models_codec_share_and_the_policys_batches_follow_the_lanes():
     assert VoxServeConfig().scheduler_policy().codec_sms == VoxServeConfig().lanes.split.group_sms
-    assert VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}}).scheduler_policy().codec_sms == 24
-    own = VoxServeConfig.from_dict({"lanes": {"split": {"group_sms": 24}}, "scheduler": {"codec_sms": 40}})
-    assert own.scheduler_policy().codec_sms == 40
+    lanes = {"split": {"group_sms": 24}, "background_max_batch": 32, "urgent_buckets": [1, 2]}
+    policy = VoxServeConfig.from_dict({"lanes": lanes}).scheduler_policy()
+    assert (policy.codec_sms, policy.background_max_batch, policy.urgent_max_batch) == (24, 32, 2)
 
 
-def test_the_lm_partition_runs_with_the_least_backbone_priority():
-    assert VoxServeConfig.from_dict({"lanes": {"lm_partition": True, "backbone_priority": "least"}}).lanes.lm_partition
+@pytest.mark.parametrize(("key", "source"), [("codec_sms", "voxserve.lanes.split"),
+                                             ("background_max_batch", "voxserve.lanes.background_max_batch"),
+                                             ("urgent_max_batch", "voxserve.lanes.urgent_buckets"),
+                                             ("frame_duration_s", "the codec's frame rate")])
+def test_derived_policy_keys_are_refused_naming_their_source(key, source):
+    with pytest.raises(ValueError, match=f"voxserve.scheduler must not set '{key}': it follows {source}"):
+        VoxServeConfig.from_dict({"scheduler": {key: 1}})
 
 
 @pytest.mark.parametrize("setting, least, greatest, priority", [

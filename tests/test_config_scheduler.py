@@ -16,12 +16,12 @@ def test_policy_takes_slo_and_chunking_from_the_top_level():
     assert VoxServeConfig().scheduler_policy().deadline_aware  # deadline-aware by default
 
 
-def test_policy_batches_follow_the_lanes_largest_executables_unless_set_apart():
+def test_policy_batches_follow_the_lanes_largest_executables():
     lanes = {"background_max_batch": 64, "urgent_buckets": [1, 2, 4]}
     policy = VoxServeConfig.from_dict({"lanes": lanes}).scheduler_policy()
     assert (policy.background_max_batch, policy.urgent_max_batch) == (64, 4)
-    apart = VoxServeConfig.from_dict({"lanes": lanes, "scheduler": {"background_max_batch": 16}}).scheduler_policy()
-    assert (apart.background_max_batch, apart.urgent_max_batch) == (16, 4)
+    with pytest.raises(ValueError, match="it follows voxserve.lanes.background_max_batch"):
+        VoxServeConfig.from_dict({"lanes": lanes, "scheduler": {"background_max_batch": 16}})
 
 
 @pytest.mark.parametrize("scheduler, message", [

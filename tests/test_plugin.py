@@ -14,7 +14,7 @@ class Collect(logging.Handler):
 
 def test_our_info_lines_reach_the_handlers_vllm_has_when_they_are_logged():
     plugin.register()
-    ours = logging.getLogger("vllm_voxserve.worker.step_timing")
+    ours = logging.getLogger("vllm_voxserve.step_host_times")
     assert ours.isEnabledFor(logging.INFO)
     # a handler vLLM sets up after plugins load (where its logging is configured per LoggingConfig)
     later = Collect()

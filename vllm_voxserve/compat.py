@@ -14,7 +14,7 @@ Where the newest tested version (0.32) stands on other footing than 0.26:
   `scheduler_cls` are unchanged.
 - CUDA graph capture (Model Runner V2): `graph_capture(device)` makes its own stream and takes no context, and FULL
   graphs are captured on the current stream, not torch's default capture stream: `capture_vllm_graphs_on` has no
-  footing there, so `lanes.backbone_priority` other than "least" and `lanes.lm_partition` need 0.26's hooks.
+  footing there, so `lanes.backbone_priority` other than "least" needs 0.26's hooks.
 - Batch-invariant execution moved to `vllm.model_executor.determinism` (configs per op); the plugin does not use it
   on any version: a seeded request's codes come from its own counter noise (models/seeded_noise.py).
 - The endpoint-plugin interface (`vllm.plugins.endpoint_plugins.interface.EndpointPlugin`: `attach_router`,
@@ -144,6 +144,29 @@ def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
     EngineCore.collective_rpc = collective_rpc
 
 
+# Target: the `ModelRunnerOutput` a worker step returns (0.26.0 v1/outputs.py), which vLLM passes unchanged to
+# `Scheduler.update_from_output` in the engine core (in process, or pickled from a worker process).
+# Why: the speech scheduler needs each step's progress, costs and failures from the worker, and 0.26 has no field
+# for a model's own per-step data (`kv_connector_output` and the rest belong to vLLM's features). An extra attribute
+# rides along; a scheduler that does not know it never reads it.
+STEP_REPORT_ATTR = "voxserve_report"
+
+
+def attach_step_report(output, make_report) -> None:
+    """Worker side: put `make_report()` (a `contract.StepReport`) on the ModelRunnerOutput a step's `sample_tokens`
+    returned, or on the one its async output will return (Model Runner V2's `AsyncOutput.model_runner_output`, V1's
+    `AsyncGPUModelRunnerOutput._model_runner_output`: `get_output()` hands back that very object)."""
+    target = getattr(output, "model_runner_output", None) or getattr(output, "_model_runner_output", None) or output
+    if getattr(target, "req_ids", None):  # a real step; never the shared empty output
+        setattr(target, STEP_REPORT_ATTR, make_report())
+
+
+def step_report_of(model_runner_output):
+    """Engine-core side: the worker's `contract.StepReport` on a step's output, or None (Model Runner V2 without
+    reports, vLLM's warm-up steps)."""
+    return getattr(model_runner_output, STEP_REPORT_ATTR, None)
+
+
 def log_through_vllm() -> None:
     """Target: the `vllm` logger's handlers (vllm/logger.py).
 
@@ -176,7 +199,7 @@ REGISTRATION = "registration"  # what `plugin.register()` touches, in every vLLM
 SERVING = "serving"  # what serving a speech model touches on any platform
 CPU = "cpu"  # vLLM's CPU worker and its V1 model runner
 GPU = "gpu"  # vLLM's GPU worker, its V1 runner and Model Runner V2
-CAPTURE_STREAM = "capture-stream"  # GPU with lanes.backbone_priority other than "least" or lanes.lm_partition
+CAPTURE_STREAM = "capture-stream"  # GPU with lanes.backbone_priority other than "least"
 
 # How a hook's parameters (after self) must read: "exact" for methods we override or replace (vLLM calls ours with
 # its arguments), "leading" for what we call positionally (later parameters need defaults), "keywords" for what we
@@ -216,6 +239,7 @@ HOOKS: tuple[Hook, ...] = (
             ("vllm.v1.core.sched.scheduler:Scheduler.update_from_output", ("scheduler_output", "model_runner_output")),
             ("vllm.v1.core.sched.scheduler:Scheduler.schedule", None),
             ("vllm.v1.core.sched.async_scheduler:AsyncScheduler", None),
+            ("vllm.v1.outputs:ModelRunnerOutput", None),  # carries the step report (attach_step_report)
             ("vllm.v1.engine.core:EngineCore.collective_rpc", ("method", "timeout", "args", "kwargs"))),
     *_hooks(SERVING, LEADING,
             ("vllm.v1.core.sched.scheduler:Scheduler.finish_requests", ("request_ids", "finished_status")),
@@ -263,7 +287,7 @@ HOOKS: tuple[Hook, ...] = (
             ("torch.cuda:graph.default_capture_stream", None)),
 )
 
-_HINTS = {CAPTURE_STREAM: 'voxserve.lanes.backbone_priority "least" and lanes.lm_partition off'}
+_HINTS = {CAPTURE_STREAM: 'voxserve.lanes.backbone_priority "least"'}
 
 
 class UnsupportedVllm(SystemExit):
@@ -276,7 +300,7 @@ def serving_uses(is_cpu: bool, lanes) -> tuple[str, ...]:
     """The hook groups serving needs on this platform with this `VoxServeConfig.lanes`."""
     if is_cpu:
         return SERVING, CPU
-    if lanes.backbone_priority != "least" or lanes.lm_partition:
+    if lanes.backbone_priority != "least":
         return SERVING, GPU, CAPTURE_STREAM
     return SERVING, GPU
 

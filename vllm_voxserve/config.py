@@ -1,4 +1,4 @@
-"""The one VoxServe configuration, parsed once from vLLM's ``--additional-config``.
+"""The one VoxServe configuration, parsed once per process from vLLM's ``--additional-config`` (`process_config`).
 
     vllm serve MODEL --plugin voxserve --additional-config '{"voxserve": {"chunk_frames": 10, ...}}'
 
@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 
 ADDITIONAL_CONFIG_KEY = "voxserve"
 # Policy fields that mirror top-level voxserve fields: one place to set each (see `scheduler_policy`).
 _POLICY_FROM_TOP_LEVEL = ("ttfa_target_s", "first_chunk_frames", "chunk_frames")
+# Policy fields derived from the rest of the config or from the model, never set in `voxserve.scheduler`: where each
+# comes from.
+_POLICY_DERIVED = {
+    "frame_duration_s": "the codec's frame rate",
+    "background_max_batch": "voxserve.lanes.background_max_batch",
+    "urgent_max_batch": "voxserve.lanes.urgent_buckets",
+    "codec_sms": "voxserve.lanes.split",
+}
 
 
 class CodecMode(str, enum.Enum):
@@ -59,10 +68,11 @@ class LaneSplitConfig:
     `group` gets `group_sms` SMs, the other side the rest. Unused on CPU."""
 
     group: str = "codec"  # "codec" or "lm"
-    # Figure 3's split chooser picks 64 codec SMs on the H200 since the code predictor got faster (sessions 5 and 6,
+    # Figure 3's split chooser picks 64 codec SMs on the H200 since the code predictor got faster (runs
+    # 2026-11-30_5a7f644 and 2026-11-30_cf01941,
     # benchmarks/results/h200/): the codec bounds capacity, and 48 req/s of the LibriTTS workload needs about 4,700
     # codec frames/s, where 48 SMs beside the backbone gave 5,250 and 64 gave 6,907. Served with 64, 48 req/s met
-    # the SLO for 98 % and 93 % of requests (two runs); the 48-SM server of the same session hung before it was
+    # the SLO for 98 % and 93 % of requests (two runs); the 48-SM server of the same run hung before it was
     # probed there (the stale stream count fixed in the scheduler adapter), so the served A/B is still to run.
     group_sms: int = 64
 
@@ -73,52 +83,59 @@ class LaneSplitConfig:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class LanesConfig:
-    """`voxserve.lanes`: the codec lanes of the `lanes` codec mode, i.e. `codec_lanes.LaneConfig` without its slot
-    count (that is `voxserve.max_codec_slots`), plus the SM split. Pure: the worker builds LaneConfig / SplitSpec."""
+class LaneExecutables:
+    """The codec lanes' executables: what `LanesConfig` (adding the SM split and the backbone's priority) and
+    `codec_lanes.LaneConfig` (adding the slot count, `voxserve.max_codec_slots`) share."""
+
+    # the section named in errors
+    WHERE: ClassVar[str] = "voxserve.lanes"
 
     frame_counts: tuple[int, ...] = ()  # chunk lengths with executables; () means the configured chunk sizes
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes of the urgent lane's executables
     # largest background batch (executables at powers of two up to it): at 80-96 req/s on the H200 the background
-    # lane was busy 100 % with batches of 56-64 (session 10)
+    # lane was busy 100 % with batches of 56-64 (run 2026-12-01_2a42666)
     background_max_batch: int = 64
     # background batches in flight at once, each with its own executables: 2 queues the next behind the running one,
     # so the codec partition does not idle until the next engine step feeds it
     background_depth: int = 2
     use_graphs: bool = True  # CUDA graphs per (bucket, frames); ignored on CPU
+
+    def __post_init__(self) -> None:
+        for name in ("frame_counts", "urgent_buckets"):
+            values = getattr(self, name)
+            if not isinstance(values, tuple):
+                raise ValueError(f"{self.WHERE}.{name} must be a list of positive integers, got {values!r}")
+            for value in values:
+                _check_positive_int(f"{self.WHERE}.{name}", value)
+        if not self.urgent_buckets:
+            raise ValueError(f"{self.WHERE}.urgent_buckets must not be empty")
+        _check_positive_int(f"{self.WHERE}.background_max_batch", self.background_max_batch)
+        _check_positive_int(f"{self.WHERE}.background_depth", self.background_depth)
+        if not isinstance(self.use_graphs, bool):
+            raise ValueError(f"{self.WHERE}.use_graphs must be true or false, got {self.use_graphs!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LanesConfig(LaneExecutables):
+    """`voxserve.lanes`: the codec lanes of the `lanes` codec mode (their executables, the SM split) and the
+    backbone's stream priority. Pure: the worker builds `codec_lanes.LaneConfig` / `SplitSpec` from it."""
+
     split: LaneSplitConfig = LaneSplitConfig()
-    # Capture vLLM's backbone graphs on the LM side of `split` (GPU, Model Runner V2), so decode steps stay off the
-    # codec SMs; off: the backbone uses the whole GPU. Set at start-up; applies in both codec modes.
-    lm_partition: bool = False
     # The stream priority the backbone's graphs are captured at and its eager work runs at (GPU). "least": vLLM's
     # own stream, the background codec lane's priority: an SM that frees up takes a pending block of either. "high"
     # (default): above the background lane, below the urgent lane, so the backbone's blocks go first onto any SM
     # that frees up (the codec partition's too) and the codec runs in what the backbone leaves. On the H200 beside a
-    # busy 64-SM codec lane (session 17, batch 192, benchmarks.backbone_priority): a step 15.2 ms at "least", 12.7
+    # busy 64-SM codec lane (run 2026-12-02_78cd88a, batch 192, benchmarks.backbone_priority): a step 15.2 ms at
+    # "least", 12.7
     # at "high" (9.5 alone), the codec's 64 x 10-frame batch 32.0 and 45.6 ms; served with it, `lanes` met 99.73 %
-    # at 120 req/s. Set at start-up; with `lm_partition` set it to "least".
+    # at 120 req/s. Set at start-up.
     backbone_priority: str = "high"
 
     def __post_init__(self) -> None:
+        LaneExecutables.__post_init__(self)  # (zero-argument super() fails in a slots dataclass)
         if self.backbone_priority not in BACKBONE_PRIORITIES:
             raise ValueError(f"voxserve.lanes.backbone_priority must be one of {list(BACKBONE_PRIORITIES)}, got "
                              f"{self.backbone_priority!r}")
-        if self.backbone_priority != "least" and self.lm_partition:
-            raise ValueError("voxserve.lanes.backbone_priority applies to the whole-GPU backbone: with "
-                             "voxserve.lanes.lm_partition set it to 'least'")
-        for name in ("frame_counts", "urgent_buckets"):
-            values = getattr(self, name)
-            if not isinstance(values, tuple):
-                raise ValueError(f"voxserve.lanes.{name} must be a list of positive integers, got {values!r}")
-            for value in values:
-                _check_positive_int(f"voxserve.lanes.{name}", value)
-        if not self.urgent_buckets:
-            raise ValueError("voxserve.lanes.urgent_buckets must not be empty")
-        _check_positive_int("voxserve.lanes.background_max_batch", self.background_max_batch)
-        _check_positive_int("voxserve.lanes.background_depth", self.background_depth)
-        for name in ("use_graphs", "lm_partition"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"voxserve.lanes.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.split, LaneSplitConfig):
             raise ValueError(f"voxserve.lanes.split must be an object, got {self.split!r}")
 
@@ -142,15 +159,6 @@ class LanesConfig:
         return cls(**raw)
 
 
-def codec_call_shape(rows: int, frames: int, rows_per_call: int = 0) -> tuple[int, int]:
-    """The largest (chunks, frames) of one codec call, for batches of up to `rows` chunks of up to `frames` frames
-    decoded as calls of at most `rows_per_call` rows (0: one call); at least 2 each (the compiled codec never sees
-    size 1): the compiled codec's `shape_bounds` with `codec_bounded_shapes`."""
-    if rows_per_call:
-        rows = min(rows, rows_per_call)
-    return max(rows, 2), max(frames, 2)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class VoxServeConfig:
     # Audio chunking: the first chunk may be shorter for a fast first audio; later chunks are `chunk_frames` long.
@@ -161,13 +169,14 @@ class VoxServeConfig:
     codec_mode: CodecMode = CodecMode.AUTO
     # Codec state slots (requests whose codec state lives on the device at once): the running streams plus those
     # whose last chunks are still decoding. The config hook derives the served number from the GPU
-    # (serving_defaults.py); 512 beside 384 decode rows is what the H200 served 120 req/s with (session 17).
+    # (serving_defaults.py); 512 beside 384 decode rows is what the H200 served 120 req/s with (run 2026-12-02_78cd88a).
     max_codec_slots: int = 512
     # Largest number of chunks decoded in one codec batch.
     max_codec_batch: int = 16
     # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental
     # decode is checked). torch 2.11's CPU bf16 conv1d is 42 % off for a 1x1 conv over exactly 5 frames; the codec's
-    # one such conv (the quantizer's projection) runs as a matmul since session 6, and bf16 on CPU stays within its
+    # one such conv (the quantizer's projection) runs as a matmul since run 2026-11-30_cf01941, and bf16 on CPU stays
+    # within its
     # rounding (tests/codec_lanes/test_qwen3_codec_program.py).
     codec_dtype: str = "auto"
     # The served code predictor on GPU: torch.compile its frame, and replay it from CUDA graphs per batch bucket
@@ -177,69 +186,12 @@ class VoxServeConfig:
     # Our Triton kernels in the code predictor's frame on GPU (models/qwen3_tts/cp_kernels.py): each layer pass's
     # attention as one kernel instead of about seven, each sampling step's top candidates as one sorting kernel
     # instead of torch.topk's two. H200, compiled frame in a CUDA graph: 4.15 -> 3.87 ms at batch 2, 5.05 -> 4.17 ms
-    # at 64, 5.43 -> 5.07 ms at 128 (benchmarks/code_predictor_step.py, results/h200/2026-11-30_session5).
+    # at 64, 5.43 -> 5.07 ms at 128 (benchmarks/code_predictor_step.py, results/h200/2026-11-30_5a7f644).
     code_predictor_kernels: bool = True
-    # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): one compile at start-up for
-    # every batch and chunk length >= 2 (codec_program.py). H200, per-length compiles, 10-frame chunks, bf16
-    # graphs: 1 chunk 3.4 -> 1.8 ms, 16 chunks 15.8 -> 9.8 ms on the whole GPU, 48.7 -> 31.5 ms on 32 SMs
-    # (benchmarks/codec_step.py, results/h200/)
+    # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): a compile at start-up for
+    # each chunk length, every batch size >= 2 (codec_program.py). H200, 10-frame chunks, bf16 graphs: 1 chunk 3.4
+    # -> 1.8 ms, 16 chunks 15.8 -> 9.8 ms on the whole GPU (benchmarks/codec_step.py)
     codec_compile: bool = True
-    # The codec's convs as 2-D channels-last convs (codec/layers.use_channels_last), so cuDNN's tensor-core kernels
-    # chain without layout conversions. Off until timed on the H200 (benchmarks/codec_step.py, graph+compile+nhwc).
-    codec_channels_last: bool = False
-    # The codec's convs before the upsampling (the two at the frame rate, the upsampler's two transposed convs) as
-    # matmuls (codec/layers.use_gemm). Off: on the H200 it changed nothing (16 chunks 11.31 -> 11.20 ms; session 6's
-    # slow cuDNN calls were the wide dilated convs below; results/h200/2026-12-01_session7).
-    codec_gemm_low_rate_convs: bool = False
-    # The vocoder's wide dilated convs (768 channels, dilations 3 and 9) as matmuls over unfolded windows
-    # (codec/decoder.wide_dilated_convs): cuDNN runs them without tensor cores on the H200, 1.8 ms each at 16 chunks.
-    # H200, compiled graphs, 16 chunks of 10 frames: 11.24 -> 7.90 ms on the whole GPU, 20.67 -> 14.86 on 64 SMs; one
-    # chunk 1.75 -> 1.69 ms (benchmarks/codec_step.py, results/h200/2026-12-01_session7).
-    codec_gemm_wide_dilated_convs: bool = True
-    # The fewest channels of a dilated conv that codec_gemm_wide_dilated_convs makes a matmul: 512 takes the two
-    # 768-channel ones. With channels-last convs cuDNN ran the 192-channel dilation-9 conv with a direct kernel at some
-    # lengths, 14 ms of a 15.5 ms batch of 4 chunks; 1 (every dilated conv) had no such cliff at any timed shape
-    # (results/h200/2026-12-01_session12).
-    codec_gemm_dilated_min_channels: int = 512
-    # Decode a codec batch as calls of at most this many chunks, one after another in the same graph (0: the whole
-    # batch in one call). For channels-last convs, which the H200 ran 1.5x faster than the served form at 16 chunks
-    # and 13x slower at 64 (results/h200/2026-12-01_session11): served only where a session times it faster.
-    codec_rows_per_call: int = 0
-    # The vocoder's residual units on the plugin's Triton conv kernel (codec/conv_kernels.py; on CPU the same op runs
-    # torch's conv): "tails" their SnakeBeta -> conv k1 -> + input as one kernel, "dilated" their dilated convs that
-    # are not matmuls, "k7" every k7 conv that is not a matmul, "all" the tails and every k7 conv
-    # (codec/layers.use_conv_kernels), "off" cuDNN's convs.
-    # H200, 64 chunks of 10 frames: "dilated" 27.8 ms where "off" took 33.6 (chunk length dynamic, one run; cuDNN ran
-    # the 384-channel dilation-9 conv in 7.4 ms, the kernel in 0.9); with static lengths "dilated" 20.3, "all" 24.1
-    # (results/h200/2026-12-02_session13 and _session14; benchmarks/codec_step.py variants `tdil`, `tconv`); with
-    # codec_conv_tma "k7" 16.4, "dilated" 17.1 (session 16, variants `tk7+tma`, `tdil+tma`).
-    codec_conv_kernels: str = "k7"
-    # The k7 convs that codec_conv_kernels puts on a kernel (none with "off" or "tails") run on the TMA kernel (codec/tma_conv.py: time-major input,
-    # aligned tiles, a pipelined reduction) instead of the channels-first one, whose unaligned loads keep it near
-    # 1 ms per conv of a 64-chunk batch at any channel count. H200, 64 chunks of 10 frames: the codec 16.4 ms against
-    # 20.4 on the whole GPU, 29.7 against 39.1 on 64 SMs; 4 chunks 2.11 against 2.50 (results/h200/
-    # 2026-12-02_session16, codec_step `dgemm+tk7+tma+static-frames` against session 14's served form; served there).
-    codec_conv_tma: bool = True
-    # Inductor's lowering of the compiled codec's 1x1 convs (the residual units' tails where cuDNN runs them) as
-    # matmuls over channels-last rows (`conv_1x1_as_mm`), in place of cuDNN convs with layout conversions around them
-    # (2.0 of a 64-chunk batch's 20.35 ms on the H200, session 14). Off: the H200 ran it 1.06-1.13x slower at 4 and
-    # 64 chunks of 5 and 10 frames, on the whole GPU and on 64 SMs (results/h200/2026-12-02_session15, codec_step
-    # variant `1x1mm`).
-    codec_conv_1x1_as_mm: bool = False
-    # Inductor's layout optimization in the compiled codec (channels-last buffers around convs; inductor's default).
-    # Off (variant `nolayout`) the H200 ran the same kernels in the same time (results/h200/2026-12-02_session13).
-    codec_layout_optimization: bool = True
-    # Compile the codec with its batch and chunk length dynamic but bounded by the largest call the server makes
-    # (lanes' and inline batches, the longest chunk; Qwen3CodecProgram's shape_bounds), so that inductor proves 32-bit
-    # indexing from the bounds (unbounded, it takes the compile-time sizes and guards on them). Off until timed
-    # (codec_step variant `bounded`).
-    codec_bounded_shapes: bool = False
-    # The chunk length dynamic in the compiled codec: one compile for every length. Off, one compile per length (5 and
-    # 10 frames by default), whose element-wise kernels index by constant sizes instead of dividing by runtime ones:
-    # on the H200 1.17-1.43x faster on the whole GPU at 4 and 64 chunks of 5 and 10 frames, 1.22-1.46x on 64 SMs
-    # (64 x 10: 20.3 ms against 29.0; the SnakeBeta passes about 3x faster), for a second compile at start-up (codec
-    # lanes built in 186 s; results/h200/2026-12-02_session14, codec_step variant `static-frames`).
-    codec_dynamic_frames: bool = False
     # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
     # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -257,30 +209,28 @@ class VoxServeConfig:
     max_instructions_chars: int = 4096
     max_ref_audio_bytes: int = 16 << 20
     max_ref_audio_seconds: float = 30.0
+    # Uploaded voices of a Base checkpoint (`POST /v1/audio/voices`): the folder they are kept in across restarts
+    # ("" turns uploads off) and how many it may hold.
+    voices_dir: str = ""
+    max_voices: int = 64
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_frames", "chunk_frames", "max_codec_slots", "max_codec_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"voxserve.{name} must be a positive integer, got {value!r}")
-        for name in ("max_request_bytes", "max_input_chars", "max_instructions_chars", "max_ref_audio_bytes"):
+        for name in ("max_request_bytes", "max_input_chars", "max_instructions_chars", "max_ref_audio_bytes",
+                     "max_voices"):
             _check_positive_int(f"voxserve.{name}", getattr(self, name))
         seconds = self.max_ref_audio_seconds
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
             raise ValueError(f"voxserve.max_ref_audio_seconds must be a number in (0, 3600], got {seconds!r}")
+        if not isinstance(self.voices_dir, str):
+            raise ValueError(f"voxserve.voices_dir must be a folder path (a string), got {self.voices_dir!r}")
         for name in ("admin_routes", "code_predictor_compile", "code_predictor_graphs", "code_predictor_kernels",
-                     "codec_compile", "codec_channels_last", "codec_gemm_low_rate_convs",
-                     "codec_gemm_wide_dilated_convs", "codec_layout_optimization", "codec_bounded_shapes",
-                     "codec_dynamic_frames", "codec_conv_1x1_as_mm", "codec_conv_tma"):
+                     "codec_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
-        for name, least in (("codec_rows_per_call", 0), ("codec_gemm_dilated_min_channels", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"voxserve.{name} must be an integer >= {least}, got {value!r}")
-        if self.codec_conv_kernels not in ("off", "tails", "dilated", "k7", "all"):
-            raise ValueError(f"voxserve.codec_conv_kernels must be off, tails, dilated, k7 or all, "
-                             f"got {self.codec_conv_kernels!r}")
         if self.ttfa_slo_ms <= 0:
             raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -301,13 +251,6 @@ class VoxServeConfig:
                              f"{sorted(chunk_sizes)} (first_chunk_frames, chunk_frames)")
         object.__setattr__(self, "lanes", lanes)  # frozen: settle the parsed value once
 
-    def codec_call_bounds(self) -> tuple[int, int]:
-        """(most chunks, most frames) of one codec call the server makes: the lanes' largest batches and the inline
-        codec's (at most codec_rows_per_call of them a call), and the longest chunk."""
-        return codec_call_shape(max(self.lanes.background_max_batch, *self.lanes.urgent_buckets, self.max_codec_batch),
-                                max(*self.lanes.frame_counts, self.first_chunk_frames, self.chunk_frames),
-                                self.codec_rows_per_call)
-
     def scheduler_policy(self) -> SchedulerPolicyConfig:
         """The scheduling policy: `scheduler` plus the SLO and chunking set at the top level (the server-default
         SLO `ttfa_slo_ms` is the policy's T; a request's own `ttfa_slo_ms` overrides it for that request)."""
@@ -316,14 +259,16 @@ class VoxServeConfig:
         if duplicated:
             raise ValueError(f"voxserve.scheduler must not set {duplicated}: use voxserve.ttfa_slo_ms, "
                              "voxserve.first_chunk_frames and voxserve.chunk_frames")
+        for key in sorted(set(raw) & set(_POLICY_DERIVED)):
+            raise ValueError(f"voxserve.scheduler must not set {key!r}: it follows {_POLICY_DERIVED[key]}")
         raw.update(ttfa_target_s=self.ttfa_slo_ms / 1000.0, first_chunk_frames=self.first_chunk_frames,
                    chunk_frames=self.chunk_frames)
         if self.lanes.split.group == "codec":  # the cost model's seed scales the codec by its SMs: the same split
-            raw.setdefault("codec_sms", self.lanes.split.group_sms)
+            raw["codec_sms"] = self.lanes.split.group_sms
         # the policy plans batches up to the lanes' largest executables (a larger plan is cut to them, a smaller
-        # one leaves them unused): unless set apart, the same numbers
-        raw.setdefault("background_max_batch", self.lanes.background_max_batch)
-        raw.setdefault("urgent_max_batch", max(self.lanes.urgent_buckets))
+        # one leaves them unused)
+        raw.update(background_max_batch=self.lanes.background_max_batch,
+                   urgent_max_batch=max(self.lanes.urgent_buckets))
         try:
             return SchedulerPolicyConfig.from_dict(raw)
         except (TypeError, ValueError) as exc:
@@ -341,11 +286,25 @@ class VoxServeConfig:
                 raise ValueError(f"voxserve.codec_mode must be one of {valid}, got {raw['codec_mode']!r}") from None
         return cls(**raw)
 
-    @classmethod
-    def from_additional_config(cls, additional_config: Mapping[str, Any] | None) -> VoxServeConfig:
-        return cls.from_dict((additional_config or {}).get(ADDITIONAL_CONFIG_KEY))
-
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["codec_mode"] = self.codec_mode.value
         return out
+
+
+_PARSED: dict[str, VoxServeConfig] = {}
+
+
+def process_config(additional_config: Mapping[str, Any] | None) -> VoxServeConfig:
+    """This process's one config: parsed at the first call, the same frozen object at every later one.
+
+    Each process (API server, engine core, worker) holds vLLM's additional config, and vLLM builds some of our
+    objects itself, handing them only its own config (the scheduler, the model, Model Runner V2's model state): each
+    asks here and gets the object the process's entry point parsed. A section the config hook has since extended
+    (serving defaults, API-server process) is a new config and parses once more."""
+    section = (additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
+    key = json.dumps(section, sort_keys=True, default=str)
+    config = _PARSED.get(key)
+    if config is None:
+        config = _PARSED[key] = VoxServeConfig.from_dict(section)
+    return config

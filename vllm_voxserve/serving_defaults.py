@@ -4,7 +4,7 @@ Pure: no torch, no vLLM. The config hook gathers the facts (SM count, memory, mo
 where the user left a setting out; an explicit setting always wins.
 
 Anchor: the H200 (132 SMs, 141 GB) served its best measured configuration with 384 decode rows, `--max-num-seqs`
-384 and 512 codec state slots (benchmarks/results/h200/2026-12-02_session17: 120 req/s at 99.73 %). Elsewhere, rows
+384 and 512 codec state slots (benchmarks/results/h200/2026-12-02_78cd88a: 120 req/s at 99.73 %). Elsewhere, rows
 scale with the SMs (a decode step's time grows with rows per SM) and are capped by what the memory left after the
 weights can hold; slots stay a third above the rows, so finished requests whose last chunks are still decoding do
 not hold back admission. A CPU serves few streams: it keeps small sizes.

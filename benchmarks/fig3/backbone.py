@@ -19,7 +19,8 @@ from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.checkpoint import official_config
 from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
 from vllm_voxserve.models.qwen3_tts.fused_code_predictor import FusedCodePredictor, fused_layer_weights, layer_pass
-from vllm_voxserve.models.qwen3_tts.talker import Talker, rotary_cos_sin
+from vllm_voxserve.models.qwen3_tts.decoder_layers import rotary_cos_sin
+from vllm_voxserve.models.qwen3_tts.talker import Talker
 
 
 def backbone_step_factory(size: str = "1.7b", context: int = 256, device: str = "cuda",

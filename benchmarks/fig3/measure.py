@@ -19,17 +19,9 @@ import time
 import torch
 
 from benchmarks.fig3.backbone import backbone_step_factory
+from benchmarks.split_chooser import CODEC_HEADROOM, Workload, choose_split, codec_step_factory, profile_splits
 from vllm_voxserve.codec_lanes.executables import capture_step_graphs
 from vllm_voxserve.codec_lanes.partitions import SplitSpec, shared_partitions
-from vllm_voxserve.codec_lanes.split_chooser import (
-    CODEC_HEADROOM,
-    Workload,
-    choose_split,
-    codec_step_factory,
-    profile_splits,
-)
-from vllm_voxserve.config import VoxServeConfig, codec_call_shape
-from vllm_voxserve.models.qwen3_tts.codec_program import form_arguments
 
 
 def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 20) -> float:
@@ -45,28 +37,8 @@ def graph_ms(make_step, batch: int, capture_stream, launch_stream, reps: int = 2
     return start.elapsed_time(end) / reps
 
 
-# the codec's form settings in the served config, each a flag named as the setting and defaulting to the served value
-# (benchmarks.codec_layout_choice.fig3_flags writes them): a switch's help, or a value's type and help
-BOOLEAN_FORMS = {
-    "codec_channels_last": "the codec's convs channels-last",
-    "codec_gemm_low_rate_convs": "the codec's convs before the upsampling as matmuls",
-    "codec_gemm_wide_dilated_convs": "the codec's wide dilated convs as matmuls",
-    "codec_layout_optimization": "inductor's layout optimization in the codec",
-    "codec_dynamic_frames": "the chunk length dynamic in the compiled codec",
-    "codec_bounded_shapes": "compile for this codec batch and chunk length at most",
-    "codec_conv_1x1_as_mm": "the compiled codec's 1x1 convs lowered to matmuls",
-    "codec_conv_tma": "the k7 convs on a kernel on the TMA kernel",
-}
-VALUE_FORMS = {
-    "codec_gemm_dilated_min_channels": (int, "the fewest channels of a dilated conv made a matmul (wide dilated convs)"),
-    "codec_rows_per_call": (int, "decode a codec batch as calls of at most this many chunks (0: one)"),
-    "codec_conv_kernels": (str, "the vocoder's residual units on the Triton conv kernel (off, tails, dilated, k7, all)"),
-}
-
-
-def build_codec(dtype: torch.dtype, compile: bool, **forms):
-    """The real-shaped codec (random weights) as a compiled program on the GPU; `forms`: Qwen3CodecProgram's
-    conv-form and compile arguments."""
+def build_codec(dtype: torch.dtype, compile: bool):
+    """The real-shaped codec (random weights) as a program on the GPU, in its served conv forms."""
     from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
     from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
     from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
@@ -74,7 +46,7 @@ def build_codec(dtype: torch.dtype, compile: bool, **forms):
 
     decoder = CodecDecoder(CodecDecoderConfig()).eval()
     init_codec_decoder_weights(decoder, seed=0)
-    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile, **forms)
+    return Qwen3CodecProgram(decoder.to("cuda", dtype), state_dtype=dtype, compile=compile)
 
 
 def main() -> None:
@@ -86,12 +58,6 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=10)
     ap.add_argument("--codec-dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--no-codec-compile", action="store_true", help="the codec uncompiled (served default: compiled)")
-    served = VoxServeConfig()  # the codec's conv forms default to the served ones
-    for key, text in BOOLEAN_FORMS.items():
-        ap.add_argument("--" + key.replace("_", "-"), action=argparse.BooleanOptionalAction,
-                        default=getattr(served, key), help=text)
-    for key, (kind, text) in VALUE_FORMS.items():
-        ap.add_argument("--" + key.replace("_", "-"), type=kind, default=getattr(served, key), help=text)
     ap.add_argument("--codec-headroom", type=float, default=CODEC_HEADROOM,
                     help="codec frames per backbone frame a split must measure to keep up (split_chooser)")
     ap.add_argument("--skip-alone", action="store_true", help="no per-partition solo runs (a), to isolate a crash")
@@ -99,11 +65,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.codec_dtype == "bf16" else torch.float32
-    forms = form_arguments(args)
-    if args.codec_bounded_shapes:
-        forms["shape_bounds"] = codec_call_shape(args.codec_batch, args.frames, args.codec_rows_per_call)
     backbone = backbone_step_factory(context=args.context)
-    codec = build_codec(dtype, not args.no_codec_compile, **forms)
+    codec = build_codec(dtype, not args.no_codec_compile)
     codec_step = codec_step_factory(codec, args.frames, torch.device("cuda"))
     splits = [int(s) for s in args.codec_sms.split(",")]
     t0 = time.perf_counter()

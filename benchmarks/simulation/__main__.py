@@ -2,13 +2,14 @@
 
 Examples (the paper's protocol: 60 s per rate, three seeds):
     python -m benchmarks.simulation --rates 30:84:6 --window 60 --seeds 0,1,2 --out sim.json
-    python -m benchmarks.simulation --gpu h200 --modes deadline_aware_ours,deadline_aware_shed \
-        --reference deadline_aware_ours --rates 120:200:10 --overload-factors 1.5,2 --out h200.json
+    python -m benchmarks.simulation --gpu h200 --modes deadline_aware,deadline_aware_shed \
+        --reference deadline_aware --rates 120:200:10 --overload-factors 1.5,2 --out h200.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -27,10 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="paper_h100", choices=sorted(GPUS),
                         help="simulated GPU: its cost seed and the policy sizes it was served with")
     parser.add_argument("--config", default="{}", help="JSON overrides of SchedulerPolicyConfig")
+    parser.add_argument("--gpu-config", default="{}",
+                        help='JSON overrides of the simulated GPU (GpuModel), e.g. {"host_per_row_s": 1e-5}')
     parser.add_argument("--out", type=Path, default=Path("simulation.json"))
     args = parser.parse_args(argv)
 
     policy, gpu = GPUS[args.gpu]
+    gpu = dataclasses.replace(gpu, **json.loads(args.gpu_config))
     overrides = json.loads(args.config)
     if "demand_horizons_s" in overrides:
         overrides["demand_horizons_s"] = tuple(overrides["demand_horizons_s"])

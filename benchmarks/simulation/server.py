@@ -29,7 +29,7 @@ from vllm_voxserve.scheduler.costs import CostModel, CostSeed, paper_h100_seed
 from vllm_voxserve.scheduler.overload import SHED_WAITING
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.report import CostSample, LaneBacklog, StepReport
+from vllm_voxserve.contract import CostSample, LaneBacklog, StepReport
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
 from vllm_voxserve.scheduler.urgency import ReadyChunk
 
@@ -45,6 +45,9 @@ class GpuModel:
     # host time between two LM steps (scheduling, input preparation, output processing) that no device timer sees:
     # it lengthens the step interval but not the decode cost samples
     host_overhead_s: float = 0.0
+    # host time a step per decoded request (input preparation and output processing grow with the batch): the part
+    # of the step the cost model does not see and that grows with load
+    host_per_row_s: float = 0.0
 
 
 @dataclass(order=True, slots=True)
@@ -194,7 +197,7 @@ class SimulatedServer:
         if admit:
             seconds += self._run_cost("prefill", sum(self.streams[r].prompt_tokens for r in admit))
         if decode:
-            seconds += self._run_cost("decode", len(decode))
+            seconds += self._run_cost("decode", len(decode)) + self.gpu.host_per_row_s * len(decode)
         if seconds == 0.0:
             return
         seconds += self.lm_debt_s + self.gpu.host_overhead_s

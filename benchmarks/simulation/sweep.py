@@ -13,16 +13,16 @@ from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 MODES = {
     # the paper's baseline LM policy: admit every prefill at once, decode in arrival order
     "prefill_first": {"admission_mode": "prefill_first", "overload_mode": "off"},
-    # the paper's VoxServe: deadline-aware admission (its literal slack rule) and least-slack decode order
-    "deadline_aware": {
-        "admission_mode": "deadline_aware", "overload_mode": "off", "count_late_requests": True,
-        "forced_admission": "oldest", "waiting_deadlines": False,
-    },
-    # ours without shedding: requests already late left out of the slack, a full prefill when a deferral ends, no
-    # deferral past the oldest waiting request's own deadline
-    "deadline_aware_ours": {"admission_mode": "deadline_aware", "overload_mode": "off"},
+    # VoxServe's deadline-aware admission and least-slack decode order, without shedding (as served: requests already
+    # late left out of the slack, a full prefill when a deferral ends, no deferral past the oldest waiting request's
+    # own deadline, where the paper's literal rule counts late requests, admits the oldest alone and weighs the
+    # running requests only)
+    "deadline_aware": {"admission_mode": "deadline_aware", "overload_mode": "off"},
     # ours: deadline-aware, plus 503 + Retry-After past capacity
     "deadline_aware_shed": {"admission_mode": "deadline_aware", "overload_mode": "reject"},
+    # the same without the in-progress limit learned from delivered first audio: the cost model's rules alone
+    "deadline_aware_shed_model": {"admission_mode": "deadline_aware", "overload_mode": "reject",
+                                  "feedback_limit": False},
     # the same, admission weighing the backbone's frame rate alone (not the codec lane's)
     "deadline_aware_shed_backbone": {"admission_mode": "deadline_aware", "overload_mode": "reject",
                                      "codec_admission": False},
@@ -32,7 +32,8 @@ MODES = {
 # simulation keeps that batch and the background batches it was calibrated with, whatever the served defaults.
 PAPER_POLICY = SchedulerPolicyConfig(max_decode_batch=64, background_max_batch=32)
 
-# The H200 as served in session 17 (costs.h200_seed states its sources): 384 decode rows, 64-chunk background
+# The H200 as served in run 2026-12-02_78cd88a (costs.h200_seed states its sources): 384 decode rows, 64-chunk
+# background
 # batches on 64 codec SMs, 5-frame first chunks; 0.5 ms of host time a step (the served step log's median host gap
 # before a backbone step was 0.21-0.42 ms at 120 req/s).
 H200_POLICY = SchedulerPolicyConfig(max_decode_batch=384, background_max_batch=64, first_chunk_frames=5, codec_sms=64)

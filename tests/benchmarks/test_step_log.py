@@ -1,5 +1,5 @@
 from benchmarks.step_log import format_table, parse_line
-from vllm_voxserve.worker.step_timing import StepHostTimes
+from vllm_voxserve.step_host_times import StepHostTimes
 
 
 def test_a_logged_window_round_trips_into_a_row():

@@ -5,7 +5,7 @@ import torch
 
 from tests.codec_lanes.toy_codec import ToyCodec, decode_alone, random_codes
 from vllm_voxserve.codec_lanes import CodecChunk, LaneConfig, LaneKind, LaneManager, cpu_partitions
-from vllm_voxserve.codec_lanes.executables import powers_of_two_up_to, smallest_at_least
+from vllm_voxserve.models.batch_sizes import powers_of_two_up_to, smallest_at_least
 from vllm_voxserve.codec_lanes.lane_manager import SlotAllocator
 from vllm_voxserve.models.program import CodecProgram, CodecStatePool, sample_rate
 

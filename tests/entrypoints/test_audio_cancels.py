@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("vllm")
-from vllm_voxserve.entrypoints.speech_service import CANCEL_RPC, AudioCancels, SpeechService  # noqa: E402
+from vllm_voxserve.contract import CANCEL_RPC_METHOD as CANCEL_RPC  # noqa: E402
+from vllm_voxserve.entrypoints.speech_service import AudioCancels, SpeechService  # noqa: E402
 from vllm_voxserve.transport import AUDIO, END  # noqa: E402
-from vllm_voxserve.worker.rpc import CANCEL_RPC_METHOD  # noqa: E402
 
 
 class SlowRpcEngine:
@@ -29,7 +29,7 @@ class SlowRpcEngine:
         return [{"status": 200, "cancelled": len(args[0])}]
 
     async def generate(self, prompt, params, request_id):
-        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=None)])
+        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=None, token_ids=[])])
 
 
 class FakeReceiver:
@@ -44,8 +44,13 @@ class FakeReceiver:
         self.queues.pop(key, None)
 
 
-def test_the_rpc_name_is_the_workers_method():
-    assert CANCEL_RPC == CANCEL_RPC_METHOD
+def test_the_rpc_names_are_methods_of_both_workers():
+    from vllm_voxserve.contract import MODE_RPC_METHOD
+    from vllm_voxserve.worker.cpu_worker import VoxServeCPUWorker
+    from vllm_voxserve.worker.gpu_worker import VoxServeGPUWorker
+
+    for worker in (VoxServeCPUWorker, VoxServeGPUWorker):
+        assert callable(getattr(worker, CANCEL_RPC, None)) and callable(getattr(worker, MODE_RPC_METHOD, None))
 
 
 def test_departures_during_a_call_go_together_in_the_next_one():

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
-from vllm_voxserve.worker.rpc import MODE_RPC_METHOD
+from vllm_voxserve.contract import MODE_RPC_METHOD
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 The worker's codec slots are counted from its last step report; a step only reports while something generates. After
 a request ends, nothing generates, so the count still holds its slot: the next request must be served regardless (an
-H200 server hung for good so, with all 256 slots counted, in session 6).
+H200 server hung for good so, with all 256 slots counted, in run 2026-11-30_cf01941).
 """
 
 from __future__ import annotations

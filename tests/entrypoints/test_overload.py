@@ -25,8 +25,7 @@ from vllm_voxserve.entrypoints.speech_service import (  # noqa: E402
     SynthesisError,
     expected_frames,
 )
-from vllm_voxserve.scheduler.adapter import encode_rejection  # noqa: E402
-from vllm_voxserve.scheduler.overload import Rejection  # noqa: E402
+from vllm_voxserve.contract import encode_rejection  # noqa: E402
 from vllm_voxserve.transport import AudioReceiver  # noqa: E402
 
 BODY = {"input": "Hello there.", "voice": "ryan"}
@@ -42,7 +41,7 @@ class FakeService:
     def prepare(self, request):
         return None, [0], None
 
-    async def synthesize(self, job, prompt_ids, params):
+    async def synthesize(self, job, prompt_ids, params, usage=None):
         if isinstance(self.outcome, Exception):
             raise self.outcome
         for chunk in self.outcome:
@@ -84,8 +83,8 @@ class RejectingEngine:
 
     async def generate(self, prompt, params, request_id):
         yield types.SimpleNamespace(finished=False, outputs=[])  # an earlier, unfinished output is not a rejection
-        stop = encode_rejection(Rejection(request_id, 3.4, "server at capacity: streams in progress need more"))
-        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=stop)])
+        stop = encode_rejection(3.4, "server at capacity: streams in progress need more")
+        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=stop, token_ids=[])])
 
 
 def test_service_turns_the_schedulers_rejection_into_overloaded():

@@ -120,3 +120,36 @@ def test_clip_limits_and_bad_clips_name_ref_audio():
     soundfile.write(out, np.array([0.1, np.nan, 0.2], dtype=np.float32), 24000, subtype="FLOAT", format="WAV")
     with pytest.raises(ValueError, match="ref_audio has samples that are not finite"):
         decode_reference_audio(base64.b64encode(out.getvalue()).decode())
+
+
+def test_the_default_format_is_mp3_as_in_openai():
+    assert valid().response_format == "mp3"
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
+def test_every_openai_format_is_accepted_whole(fmt):
+    assert valid(response_format=fmt).response_format == fmt
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"response_format": "ogg"}, "response_format 'ogg' is not supported"),
+    ({"response_format": "flac", "stream": True}, "response_format 'flac' is for whole-file responses only"),
+    ({"response_format": "flac", "stream_format": "sse"}, "response_format 'flac' is for whole-file"),
+    ({"stream_format": "events"}, "stream_format 'events' is not supported"),
+    ({"speed": 0.2}, "speed"), ({"speed": 4.01}, "speed"), ({"speed": float("nan")}, "speed"),
+    ({"speed": 2.0, "stream": True}, "speed 2 is only for whole-file responses"),
+    ({"speed": 0.5, "stream_format": "audio"}, "speed 0.5 is only for whole-file responses"),
+])
+def test_bad_format_stream_and_speed_combinations_name_the_field(fields, words):
+    assert words in refused(**fields)
+
+
+@pytest.mark.parametrize("speed", [0.25, 1.0, 4.0])
+def test_speed_takes_openais_range_for_whole_files(speed):
+    assert valid(speed=speed).speed == speed
+
+
+def test_both_stream_formats_stream():
+    assert valid(stream_format="audio").streaming and not valid(stream_format="audio").sse
+    assert valid(stream_format="sse").streaming and valid(stream_format="sse").sse
+    assert not valid().streaming

@@ -1,6 +1,6 @@
 """Small builders for step-table tests: streams and waiting requests at a simulated time."""
 
-from vllm_voxserve.scheduler.report import LaneBacklog
+from vllm_voxserve.contract import LaneBacklog
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest
 
 

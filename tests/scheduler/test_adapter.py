@@ -20,17 +20,12 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
-from vllm_voxserve.scheduler.adapter import (  # noqa: E402
-    REPORT_ATTR,
-    SpeechAsyncScheduler,
-    SpeechScheduler,
-    decode_rejection,
-    make_scheduler,
-)
+from vllm_voxserve.compat import STEP_REPORT_ATTR, attach_step_report  # noqa: E402
+from vllm_voxserve.contract import RequestProgress, StepReport, decode_failure, decode_rejection  # noqa: E402
+from vllm_voxserve.scheduler.adapter import SpeechAsyncScheduler, SpeechScheduler, make_scheduler  # noqa: E402
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost  # noqa: E402
 from vllm_voxserve.scheduler.planner import Planner  # noqa: E402
-from vllm_voxserve.scheduler.report import RequestProgress, StepReport  # noqa: E402
-from vllm_voxserve.worker.step_timing import StepHostTimes  # noqa: E402
+from vllm_voxserve.step_host_times import StepHostTimes  # noqa: E402
 
 STEP_S = 0.015  # every fake step takes this long, and the cost model says so
 PREFILL_S = 0.08  # a prefill costs more than a running stream's slack (≈ 33 ms below)
@@ -105,7 +100,7 @@ def step(scheduler, clock: FakeClock, report: StepReport | None = None):
     output = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                sampled_token_ids=sampled)
     if report is not None:
-        setattr(output, REPORT_ATTR, report)
+        attach_step_report(output, lambda: report)
     engine_outputs = scheduler.update_from_output(out, output)
     return set(ids), {r.req_id for r in out.scheduled_new_reqs}, engine_outputs
 
@@ -117,9 +112,9 @@ def test_factory_picks_the_scheduler_vllm_would():
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_prefill_deferred_while_a_stream_is_short_of_slack_then_admitted_within_100_ms(async_scheduling):
-    # the running request's slack alone decides (b's own first chunk is past saving here: with waiting_deadlines it
-    # would go in at once, test_planner's cases)
-    scheduler, clock = build({"waiting_deadlines": False}, async_scheduling=async_scheduling)
+    # the running request's slack decides (b's own first chunk is past saving here, so its deadline does not count:
+    # test_planner's cases)
+    scheduler, clock = build(async_scheduling=async_scheduling)
     scheduler.add_request(speech_request("a", clock))
     for _ in range(2):
         step(scheduler, clock)  # a: prefill, then its first decode
@@ -141,7 +136,7 @@ def test_prefill_deferred_while_a_stream_is_short_of_slack_then_admitted_within_
 
 
 def test_held_request_is_back_in_vllms_waiting_queue_between_steps():
-    scheduler, clock = build({"waiting_deadlines": False})
+    scheduler, clock = build()
     scheduler.add_request(speech_request("a", clock))
     step(scheduler, clock)
     step(scheduler, clock)
@@ -163,7 +158,7 @@ def test_prefill_first_admits_at_once():
 
 def test_prefill_first_switched_on_live_admits_at_once_and_the_configured_mode_comes_back():
     """`lanes+prefill_first` on a deadline-aware server (serving_mode.py): the same costs, the other admission."""
-    scheduler, clock = build({"waiting_deadlines": False})
+    scheduler, clock = build()
     costs = scheduler.planner.costs
     scheduler.set_policy(stock=False, admission_mode="prefill_first")
     assert scheduler.admission_mode == "prefill_first" and scheduler.planner.costs is costs
@@ -269,8 +264,6 @@ def test_a_request_with_a_looser_slo_is_accepted_where_the_server_default_is_rej
 def test_attach_report_reaches_the_output_an_async_output_will_return():
     from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
 
-    from vllm_voxserve.scheduler.adapter import attach_report
-
     def real():
         return ModelRunnerOutput(req_ids=["r"], req_id_to_index={"r": 0})
 
@@ -278,10 +271,10 @@ def test_attach_report_reaches_the_output_an_async_output_will_return():
     plain, mrv2, v1_async = real(), types.SimpleNamespace(model_runner_output=real()), types.SimpleNamespace()
     v1_async._model_runner_output = real()
     for output, target in ((plain, plain), (mrv2, mrv2.model_runner_output), (v1_async, v1_async._model_runner_output)):
-        attach_report(output, lambda: report)
-        assert getattr(target, REPORT_ATTR) is report
-    attach_report(EMPTY_MODEL_RUNNER_OUTPUT, lambda: report)  # shared by every empty step: left alone
-    assert not hasattr(EMPTY_MODEL_RUNNER_OUTPUT, REPORT_ATTR)
+        attach_step_report(output, lambda: report)
+        assert getattr(target, STEP_REPORT_ATTR) is report
+    attach_step_report(EMPTY_MODEL_RUNNER_OUTPUT, lambda: report)  # shared by every empty step: left alone
+    assert not hasattr(EMPTY_MODEL_RUNNER_OUTPUT, STEP_REPORT_ATTR)
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
@@ -385,8 +378,6 @@ def test_admission_decisions_reach_the_log_line():
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_a_request_the_worker_failed_ends_at_once_with_its_error(async_scheduling):
-    from vllm_voxserve.scheduler.adapter import FAILURE_PREFIX
-
     scheduler, clock = build(async_scheduling=async_scheduling)
     for rid in "ab":
         scheduler.add_request(speech_request(rid, clock))
@@ -395,8 +386,8 @@ def test_a_request_the_worker_failed_ends_at_once_with_its_error(async_schedulin
     report = StepReport(clock.t, [RequestProgress("a", 1, False, 0, 0.0)], failed={"b": "codec failed: boom"})
     _, _, outputs = step(scheduler, clock, report)
     ended = [o for out in outputs.values() for o in out.outputs if o.finish_reason is not None]
-    assert [(o.request_id, o.finish_reason, o.stop_reason) for o in ended] \
-        == [("b", FinishReason.ERROR, f"{FAILURE_PREFIX}codec failed: boom")]
+    assert [(o.request_id, o.finish_reason, decode_failure(o.stop_reason)) for o in ended] \
+        == [("b", FinishReason.ERROR, "codec failed: boom")]
     assert "b" not in scheduler.requests and "b" not in scheduler.streams  # its KV blocks are free
     assert step(scheduler, clock, report)[0] == {"a"}  # a report naming it again changes nothing
     assert scheduler.requests["a"].status == RequestStatus.RUNNING

@@ -25,14 +25,12 @@ DEADLINE_AWARE_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("forced_admission", ["pack", "oldest"])
-def test_deadline_aware_admission_step_table(forced_admission):
-    """"oldest" (the paper's literal rule) differs in one row: the forced admission takes one request, not 8."""
-    policy = PrefillAdmission(DEADLINE_AWARE.replace(forced_admission=forced_admission), COSTS)
+def test_deadline_aware_admission_step_table():
+    policy = PrefillAdmission(DEADLINE_AWARE, COSTS)
     queue = [waiting(f"w{i}", arrival=0.0) for i in range(40)]
     for step in DEADLINE_AWARE_STEPS:
         decision = policy.decide(step["now"], queue, step["slack"], next_step_s=0.01)
-        expected = 1 if step["forced"] and forced_admission == "oldest" else step["admit"]
+        expected = step["admit"]
         assert (len(decision.admit), decision.forced) == (expected, step["forced"]), step
         assert decision.deferred == (step["admit"] == 0)
         assert [w.request_id for w in decision.admit] == [w.request_id for w in queue[:expected]]
@@ -74,24 +72,21 @@ def test_no_prefill_is_deferred_more_than_100_ms_in_a_row(slack):
     assert min(spans) >= DEADLINE_AWARE.max_prefill_deferral_s - step_s  # and it did defer about that long
 
 
-def test_requests_already_late_do_not_hold_back_prefills_unless_asked():
+def test_requests_already_late_do_not_hold_back_prefills():
     # r0 is far past its first-chunk deadline (negative slack); r1 has room.
     streams = [stream("r0", arrival=0.0, frames=2), stream("r1", arrival=0.5, frames=2)]
     values = slacks(streams, now=0.45, costs=COSTS, cfg=DEADLINE_AWARE).values()
     assert min(values) < 0
-    assert min_slack(values, DEADLINE_AWARE) > 0.1  # ours: the late one is left out
-    assert min_slack(values, DEADLINE_AWARE.replace(count_late_requests=True)) < 0  # the paper's literal rule
+    assert min_slack(values) > 0.1  # the late one is left out (the paper's literal rule counts it)
 
 
 def test_a_waiting_request_with_no_more_slack_than_the_running_ones_is_not_deferred():
     """Earliest deadline first across both queues: the prefill does not fit the running requests' 3 ms, so it waits
     while the oldest waiting request has more slack than they do, and goes in (with the pack behind it) once it has
-    no more; the paper's rule (`waiting_deadlines` off) weighs the running requests alone."""
+    no more (the paper's rule weighs the running requests alone)."""
     policy = PrefillAdmission(DEADLINE_AWARE, COSTS)
     queue = [waiting(f"w{i}") for i in range(3)]
     assert policy.decide(0.0, queue, 0.003, 0.01, waiting_slack_s=0.020).deferred
     decision = policy.decide(0.01, queue, 0.003, 0.01, waiting_slack_s=0.003)
     assert [w.request_id for w in decision.admit] == ["w0", "w1", "w2"]
     assert not decision.deferred and not decision.forced and policy.deferral_deadline() is None
-    paper = PrefillAdmission(DEADLINE_AWARE.replace(waiting_deadlines=False), COSTS)
-    assert paper.decide(0.0, queue, 0.003, 0.01, waiting_slack_s=-1.0).deferred

@@ -1,7 +1,7 @@
 import pytest
 
 from vllm_voxserve.scheduler.costs import CostModel, LinearCost, paper_h100_seed
-from vllm_voxserve.scheduler.report import CostSample
+from vllm_voxserve.contract import CostSample
 
 
 def test_seed_passes_through_the_papers_codec_figures():
@@ -41,7 +41,7 @@ def test_linear_cost_through_two_points():
 
 def test_a_prefill_is_charged_what_it_adds_to_the_decode_step_it_rides_in():
     """A step with a prefill and 150 decoding rows took 15 ms; the decode line says 150 rows alone take about that:
-    the prefill's own estimate must not become the whole step (the H200's learned cost did: session 16)."""
+    the prefill's own estimate must not become the whole step (the H200's learned cost did: run 2026-12-02_f0a91d7)."""
     costs = CostModel(smoothing=1.0)
     decode_alone = costs.decode_step_s(150)
     costs.observe(CostSample("prefill", 100, decode_alone + 0.001, decode_rows=150))

@@ -8,7 +8,7 @@ def test_defaults_follow_the_paper():
     assert (cfg.ttfa_target_s, cfg.urgent_margin_s, cfg.background_min_batch) == (0.2, 0.1, 8)
     assert cfg.max_prefill_deferral_s == 0.1
     assert (cfg.chunk_frames, cfg.frame_duration_s) == (10, 0.08)
-    assert (cfg.lm_sms, cfg.codec_sms) == (100, 32)
+    assert cfg.codec_sms == 32
     assert cfg.admission_mode == "deadline_aware" and cfg.deadline_aware
 
 
@@ -21,8 +21,7 @@ def test_defaults_follow_the_paper():
         {"background_min_batch": 17, "background_max_batch": 16},
         {"max_prefill_deferral_s": -1},
         {"admission_mode": "fifo"},
-        {"forced_admission": "one"},
-        {"count_late_requests": "yes"},
+        {"codec_admission": "yes"},
         {"overload_mode": "drop"},
         {"chunk_frames": 2.5},
         {"max_decode_batch": True},

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @functools.lru_cache(maxsize=None)
 def capacity_without_shedding():
-    return capacity(sweep("deadline_aware_ours", RATES, WINDOW_S, base=H200_POLICY, gpu=H200_GPU,
+    return capacity(sweep("deadline_aware", RATES, WINDOW_S, base=H200_POLICY, gpu=H200_GPU,
                           word_counts=load_word_counts()))
 
 

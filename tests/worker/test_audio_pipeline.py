@@ -248,7 +248,7 @@ def test_a_failed_request_gets_error_and_frees_its_slot(program, mode):
         assert pipeline.lanes.manager.slots.num_free == 8 and not pipeline.lanes.busy
         assert pipeline.lanes.queued_chunks == 0
     else:
-        assert len(pipeline._free_slots) == 8
+        assert len(pipeline.inline.free_slots) == 8
 
 
 def test_a_request_finishing_beside_generating_ones_leaves_its_last_chunk_to_the_steps_pumps(program):
@@ -317,7 +317,7 @@ def test_cancelling_a_generating_stream_ends_it_silently_and_vllms_finish_after_
     if mode == "lanes":
         assert pipeline.lanes.manager.slots.num_free == 8 and not pipeline.lanes.busy
     else:
-        assert len(pipeline._free_slots) == 8
+        assert len(pipeline.inline.free_slots) == 8
 
 
 def test_cancelling_the_last_generating_stream_drains_the_finished_ones(program):
@@ -359,6 +359,21 @@ def test_reference_warm_up_is_decoded_unheard(program, mode):
     pipeline.close("a")
     whole = full_decode(program, torch.cat([ref, gen]))
     check_stream(sender, "key-a", whole[len(ref) * program.samples_per_frame:], 2)
+
+
+def test_a_warm_up_that_fails_leaves_the_inline_codecs_slot_free(program):
+    class FailingDecode:  # the program, except that its decode raises
+        def __getattr__(self, name):
+            return getattr(program, name)
+
+        def decode(self, *args):
+            raise RuntimeError("decode failed")
+
+    pipeline, _, _ = make_pipeline(FailingDecode(), "inline")
+    free = len(pipeline.inline.free_slots)
+    with pytest.raises(RuntimeError, match="decode failed"):
+        pipeline.open("a", "key-a", "addr", warmup_codes=random_codes(3, seed=12))
+    assert len(pipeline.inline.free_slots) == free and "a" not in pipeline.streams
 
 
 def test_mode_switch_only_when_idle(program):
@@ -464,7 +479,7 @@ def test_inline_mode_on_gpu_decodes_through_codec_graphs_as_eagerly(tmp_path):
                                            "lanes": {"use_graphs": use_graphs}})
         sender = FakeSender()
         pipeline = AudioPipeline(program, config, sender, torch.device("cuda"), clock=FrozenClock())
-        assert (pipeline.inline_graphs is not None) == use_graphs
+        assert (pipeline.inline.graphs is not None) == use_graphs
         codes = run_interleaved(pipeline, LENGTHS, STARTS)
         for r, n in LENGTHS.items():
             got = sender.of(f"key-{r}")

@@ -11,7 +11,7 @@ import torch
 
 from tests.worker.test_audio_pipeline import FIRST, check_stream, full_decode, make_pipeline, random_codes
 from tests.worker.test_audio_pipeline import program  # noqa: F401 - the module fixture, shared
-from vllm_voxserve.worker import audio_pipeline
+from vllm_voxserve.worker import codec_runners
 from vllm_voxserve.worker.audio_pipeline import CodecModeUnavailable, is_out_of_memory
 from vllm_voxserve.worker.rpc import codec_mode_call
 
@@ -57,7 +57,7 @@ def test_a_switch_to_inline_without_memory_is_refused_and_lanes_keep_serving(pro
         pipeline.set_codec_mode("inline")
     assert refused.value.out_of_memory and tight.attempts == 1
     assert pipeline.codec_mode == "lanes" and pipeline.lanes is lanes
-    assert pipeline.pool is None and pipeline.inline_graphs is None and pipeline._free_slots == []
+    assert pipeline.inline is None
     serves_one_request(pipeline, sender, program, "after-refusal", seed=3)
     tight.full = False  # memory freed elsewhere: the same switch now succeeds
     pipeline.set_codec_mode("inline")
@@ -80,14 +80,14 @@ def test_the_worker_answers_503_for_memory_and_500_for_other_build_failures(prog
 
         return build
 
-    monkeypatch.setattr(audio_pipeline, "LaneDispatch", lanes_that_fail("CUDA error: out of memory"))
+    monkeypatch.setattr(codec_runners, "LaneDispatch", lanes_that_fail("CUDA error: out of memory"))
     reply = codec_mode_call(runner_of(pipeline), "lanes")
     assert reply["status"] == 503 and reply["current"] == "inline"
     assert "not enough device memory" in reply["error"] and "still serving in 'inline'" in reply["error"]
     assert pipeline.lanes is None and pipeline.codec_mode == "inline"
     gc.collect()
     assert built and built[0]() is None  # what the failed build made is not held anywhere
-    monkeypatch.setattr(audio_pipeline, "LaneDispatch", lanes_that_fail("bad split"))
+    monkeypatch.setattr(codec_runners, "LaneDispatch", lanes_that_fail("bad split"))
     reply = codec_mode_call(runner_of(pipeline), "lanes")
     assert reply["status"] == 500 and "could not be built" in reply["error"] and reply["current"] == "inline"
     serves_one_request(pipeline, sender, program, "still-inline", seed=5)

@@ -147,6 +147,15 @@ def test_a_checkpoint_missing_files_is_refused_at_start_naming_them(checkpoint_d
     assert "vocab.json, speech_tokenizer/model.safetensors;" in str(err.value)
 
 
+@pytest.mark.parametrize("voxserve, key", [({"codec_conv_kernels": "off"}, "codec_conv_kernels"),
+                                           ({"lanes": {"lm_partition": True}}, "lm_partition"),
+                                           ({"scheduler": {"forced_admission": "oldest"}}, "forced_admission")])
+def test_a_removed_key_is_refused_at_start_naming_it(voxserve, key):
+    """Start-up (vLLM's config check) fails at once, before anything is built, with one error naming the key."""
+    with pytest.raises(ValueError, match=f"unknown .*'{key}'"):
+        VoxServeConfigHook.verify_and_update_config(_vllm_config(64, voxserve=voxserve))
+
+
 def test_a_vllm_whose_hooks_differ_stops_before_any_engine_process_starts(monkeypatch):
     from vllm.v1.core.sched.scheduler import Scheduler
 

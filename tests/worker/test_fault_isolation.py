@@ -13,7 +13,7 @@ from tests.worker.test_runtime_report import program, runtime_with  # noqa: F401
 from vllm_voxserve.fault_injection import FAULT_ENV, FaultPlan, InjectedFault, slow_reference_delay
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 from vllm_voxserve.models.qwen3_tts.prompt import SpeechPrompt
-from vllm_voxserve.worker.step_layout import StepLayout
+from vllm_voxserve.models.step_layout import StepLayout
 
 
 class TalkerFake:

@@ -29,6 +29,23 @@ def test_one_intra_op_thread_and_the_compile_cache_come_before_the_model_compile
     assert worker.backbone_capture_stream is None  # the least priority keeps vLLM's own streams
 
 
+def test_the_worker_hands_the_model_its_model_runner_v2_state(monkeypatch):
+    """The model imports nothing of the worker: Model Runner V2 gets our state class from what the worker set."""
+    from vllm_voxserve.models.qwen3_tts.vllm_model import Qwen3TTSForVllm
+    from vllm_voxserve.worker.mrv2_state import SpeechModelState
+
+    monkeypatch.setattr(Qwen3TTSForVllm, "model_state_cls", None)
+    with pytest.raises(RuntimeError, match="voxserve GPU worker"):
+        Qwen3TTSForVllm.get_model_state_cls()
+    monkeypatch.setattr(gpu_worker, "load_compile_cache", lambda path: None)
+    monkeypatch.setattr(Worker, "init_device", lambda self: None)
+    worker = VoxServeGPUWorker.__new__(VoxServeGPUWorker)
+    worker.model_runner = object()
+    worker.vllm_config = SimpleNamespace(additional_config={"voxserve": {"lanes": {"backbone_priority": "least"}}})
+    worker.init_device()
+    assert Qwen3TTSForVllm.get_model_state_cls() is SpeechModelState
+
+
 def test_a_high_backbone_priority_sets_the_current_stream_after_vllm_made_its_runner(monkeypatch):
     """Model Runner V2 caches the current stream as its main stream at first use: ours must be current by then."""
     seen = []

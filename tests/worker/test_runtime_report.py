@@ -15,7 +15,7 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder, 
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.runtime import SpeechRuntime
-from vllm_voxserve.worker.step_layout import StepLayout
+from vllm_voxserve.models.step_layout import StepLayout
 
 
 class FakeSender:
@@ -117,16 +117,16 @@ def test_step_log_splits_the_lanes_pump_into_its_parts(program):
 def test_report_attached_to_a_model_runner_output_survives_pickling(program):
     from vllm.v1.outputs import ModelRunnerOutput
 
-    from vllm_voxserve.scheduler.adapter import REPORT_ATTR
+    from vllm_voxserve.compat import STEP_REPORT_ATTR, attach_step_report, step_report_of
 
     runtime = runtime_with(program)
     runtime.pipeline.open("r", "key", "ipc://unused")
     runtime.prepare_step(StepLayout(("r",), (1,), (20,)))
     runtime.after_forward()
     output = ModelRunnerOutput(req_ids=["r"], req_id_to_index={"r": 0}, sampled_token_ids=[[5]])
-    setattr(output, REPORT_ATTR, runtime.step_report())
+    attach_step_report(output, runtime.step_report)
     copy = pickle.loads(pickle.dumps(output))
-    assert getattr(copy, REPORT_ATTR) == getattr(output, REPORT_ATTR)
+    assert getattr(copy, STEP_REPORT_ATTR) == step_report_of(output) is not None
 
 
 def test_a_preempted_request_keeps_its_stream_through_model_runner_v2s_removal_and_comes_back(program):

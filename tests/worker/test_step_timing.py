@@ -1,6 +1,6 @@
 """StepHostTimes (per-part percentiles over a window of steps) and DeviceStepTimer (device time per step)."""
 
-from vllm_voxserve.worker.step_timing import StepHostTimes, percentile
+from vllm_voxserve.step_host_times import StepHostTimes, percentile
 
 
 def test_percentile_nearest_rank():
@@ -113,7 +113,7 @@ def test_device_step_timer_measures_the_device_gap_before_each_step():
 
 def test_a_step_with_a_prompt_is_a_prefill_of_its_prompt_tokens_beside_its_decoding_rows():
     from vllm_voxserve.worker.runtime import _step_kind
-    from vllm_voxserve.worker.step_layout import StepLayout
+    from vllm_voxserve.models.step_layout import StepLayout
 
     assert _step_kind(StepLayout(("a", "b", "c"), (1, 1, 1), (5, 9, 3))) == ("decode", 3, 0)
     assert _step_kind(StepLayout(("a", "n", "b", "m"), (1, 40, 1, 25), (5, 0, 9, 0))) == ("prefill", 65, 2)

@@ -1,8 +1,7 @@
-"""Codec lanes: SM partitions, lanes, state slots, CUDA-graph executables, split chooser."""
+"""Codec lanes: SM partitions, lanes, state slots, CUDA-graph executables."""
 
 from vllm_voxserve.codec_lanes.codec_lane import CodecChunk, CodecLane, FinishedChunk, LaneKind
 from vllm_voxserve.codec_lanes.lane_manager import LaneConfig, LaneManager
-from vllm_voxserve.codec_lanes.lm_lane import LmLane
 from vllm_voxserve.codec_lanes.partitions import (
     Partitions,
     SplitSpec,
@@ -12,6 +11,6 @@ from vllm_voxserve.codec_lanes.partitions import (
 )
 
 __all__ = [
-    "CodecChunk", "CodecLane", "FinishedChunk", "LaneConfig", "LaneKind", "LaneManager", "LmLane",
+    "CodecChunk", "CodecLane", "FinishedChunk", "LaneConfig", "LaneKind", "LaneManager",
     "Partitions", "SplitSpec", "cpu_partitions", "create_partitions", "shared_partitions",
 ]

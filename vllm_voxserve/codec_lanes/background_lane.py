@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vllm_voxserve.codec_lanes.codec_lane import CodecLane, LaneKind
-from vllm_voxserve.codec_lanes.executables import CodecExecutables, powers_of_two_up_to
+from vllm_voxserve.codec_lanes.executables import CodecExecutables
+from vllm_voxserve.models.batch_sizes import powers_of_two_up_to
 from vllm_voxserve.codec_lanes.partitions import Partitions
 from vllm_voxserve.models.program import CodecProgram, CodecStatePool
 

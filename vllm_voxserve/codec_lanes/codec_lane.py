@@ -3,7 +3,8 @@
 A lane holds at most `depth` batches in flight, each in its own set of executables (static buffers, pinned
 staging, graphs): the urgent lane one, so a first chunk never queues behind another batch; the background lane two,
 so that while one batch runs the next is already queued on the stream and the codec partition does not idle until
-the next engine step's pump feeds it (session 8 on the H200: 80 % busy with hundreds of chunks waiting). The
+the next engine step's pump feeds it (run 2026-12-01_21d5739 on the H200: 80 % busy with hundreds of chunks waiting).
+The
 scheduler still sends a request's next chunk only after its previous one finished. Completion is read with a CUDA
 event (`query()`, never a blocking sync), so polling does not stall the LM lane; batches are harvested in launch order.
 """
@@ -19,7 +20,8 @@ from typing import Any
 
 import torch
 
-from vllm_voxserve.codec_lanes.executables import CodecExecutables, smallest_at_least
+from vllm_voxserve.codec_lanes.executables import CodecExecutables
+from vllm_voxserve.models.batch_sizes import smallest_at_least
 
 
 class LaneKind(enum.Enum):

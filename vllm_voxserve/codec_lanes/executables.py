@@ -16,24 +16,8 @@ from typing import Any
 
 import torch
 
+from vllm_voxserve.models.batch_sizes import smallest_at_least
 from vllm_voxserve.models.program import CodecProgram, CodecStatePool
-
-
-def powers_of_two_up_to(largest: int) -> tuple[int, ...]:
-    if largest < 1:
-        raise ValueError(f"largest batch must be >= 1, got {largest}")
-    sizes, b = [], 1
-    while b < largest:
-        sizes.append(b)
-        b *= 2
-    return (*sizes, largest)
-
-
-def smallest_at_least(options: Sequence[int], n: int) -> int:
-    fitting = [o for o in options if o >= n]
-    if not fitting:
-        raise ValueError(f"{n} exceeds the largest prepared size {max(options)}")
-    return min(fitting)
 
 
 class CodecExecutables:

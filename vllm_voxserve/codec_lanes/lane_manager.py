@@ -19,32 +19,26 @@ import torch
 from vllm_voxserve.codec_lanes.background_lane import make_background_lane
 from vllm_voxserve.codec_lanes.codec_lane import CodecChunk, CodecLane, FinishedChunk, LaneKind
 from vllm_voxserve.codec_lanes.partitions import Partitions
-from vllm_voxserve.codec_lanes.urgent_lane import URGENT_BUCKETS, make_urgent_lane
+from vllm_voxserve.codec_lanes.urgent_lane import make_urgent_lane
+from vllm_voxserve.config import LaneExecutables
 from vllm_voxserve.models.program import CodecProgram
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class LaneConfig:
+class LaneConfig(LaneExecutables):
+    """The lanes' executables (`voxserve.lanes`, their frame counts given) and the state slots for requests."""
+
+    WHERE = "lanes"
     max_requests: int = 256  # state slots for requests (two more are kept as padding slots)
-    frame_counts: tuple[int, ...] = (10,)  # chunk lengths with executables, in frames
-    urgent_buckets: tuple[int, ...] = URGENT_BUCKETS
-    background_max_batch: int = 64
-    background_depth: int = 2  # background batches in flight at once (one queued behind the running one)
-    use_graphs: bool = True  # ignored on CPU
 
     def __post_init__(self) -> None:
+        LaneExecutables.__post_init__(self)  # (zero-argument super() fails in a slots dataclass)
+        if not self.frame_counts:
+            raise ValueError("lanes.frame_counts must not be empty")
         if self.max_requests < 1:
             raise ValueError(f"max_requests must be >= 1, got {self.max_requests}")
-        if not self.frame_counts or min(self.frame_counts) < 1:
-            raise ValueError(f"frame_counts must be positive, got {self.frame_counts}")
-        if not self.urgent_buckets or min(self.urgent_buckets) < 1:
-            raise ValueError(f"urgent_buckets must be positive, got {self.urgent_buckets}")
-        if self.background_max_batch < 1:
-            raise ValueError(f"background_max_batch must be >= 1, got {self.background_max_batch}")
-        if self.background_depth < 1:
-            raise ValueError(f"background_depth must be >= 1, got {self.background_depth}")
 
 
 class SlotAllocator:
@@ -94,7 +88,7 @@ class LaneManager:
         self.pool.reset(torch.arange(n + 2, dtype=torch.int64, device=partitions.device))
         self.slots = SlotAllocator(n)
         # Building the lanes compiles the codec (first lane) and captures every graph: most of a GPU server's
-        # start-up in session 7 (3.8 of 6.2 minutes), timed here to say which part.
+        # start-up in run 2026-12-01_530eabc (3.8 of 6.2 minutes), timed here to say which part.
         started = time.perf_counter()
         urgent = make_urgent_lane(program, self.pool, partitions, config.frame_counts, n, config.use_graphs,
                                   config.urgent_buckets)

@@ -14,12 +14,10 @@ from vllm_voxserve.codec_lanes.executables import CodecExecutables
 from vllm_voxserve.codec_lanes.partitions import Partitions
 from vllm_voxserve.models.program import CodecProgram, CodecStatePool
 
-URGENT_BUCKETS = (1, 2, 4, 8)
-
 
 def make_urgent_lane(program: CodecProgram, pool: CodecStatePool, partitions: Partitions,
                      frame_counts: Sequence[int], padding_slot: int, use_graphs: bool,
-                     buckets: Sequence[int] = URGENT_BUCKETS) -> CodecLane:
+                     buckets: Sequence[int]) -> CodecLane:
     exe = CodecExecutables(program, pool, partitions.urgent_stream, partitions.urgent_stream, partitions.device,
                            buckets, frame_counts, padding_slot, use_graphs)
     exe.capture()

@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-SAMPLE_RATE = 24000
+from vllm_voxserve.contract import SAMPLE_RATE
 
 _PCM16_SCALE = 32767.0  # full scale 1.0 -> 32767, so +1 and -1 stay symmetric and nothing wraps
 _HEADER_BYTES = 44

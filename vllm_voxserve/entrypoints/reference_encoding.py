@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vllm_voxserve.contract import SAMPLE_RATE
 from vllm_voxserve.fault_injection import sleep_if_slowed
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_encoder, load_speaker_encoder
-from vllm_voxserve.models.qwen3_tts.job import SAMPLE_RATE, SpeechJob
+from vllm_voxserve.models.qwen3_tts.job import SpeechJob
 
 
 class ReferenceEncoder:
@@ -39,6 +40,10 @@ class ReferenceEncoder:
         x_vector, codes = await loop.run_in_executor(self._executor, self.encode_now, job.ref_audio,
                                                      job.prompt.x_vector_only)
         return dataclasses.replace(job, ref_audio=b"", x_vector=x_vector, ref_codes=codes)
+
+    async def encode_clip(self, audio: bytes, x_vector_only: bool) -> tuple[bytes, bytes]:
+        """`encode_now` on the encoder's thread (an uploaded voice, encoded once)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.encode_now, audio, x_vector_only)
 
     @torch.inference_mode()
     def encode_now(self, ref_audio: bytes, x_vector_only: bool) -> tuple[bytes, bytes]:

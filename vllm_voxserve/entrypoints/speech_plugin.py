@@ -7,20 +7,25 @@ Loaded by vLLM in the API-server process when `VLLM_PLUGINS` names `voxserve` (o
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
 import math
+import time
 from argparse import Namespace
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.config import process_config
+from vllm_voxserve.contract import MODE_RPC_METHOD, SAMPLE_RATE
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
 
 from . import audio_format
+from .audio_encoding import MEDIA_TYPES, AudioEncoder, encode_off_loop, time_stretch
+from .engine_metrics import start_engine_metrics
 from .request_guard import (
     RequestRejected,
     api_key_hashes,
@@ -29,14 +34,13 @@ from .request_guard import (
     parse_json_object,
     read_capped_body,
 )
+from .speech_metrics import SpeechMetrics, metered
 from .speech_request import SpeechRequest
-from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SynthesisError
+from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SpeechUsage, SynthesisError
+from .voice_routes import router as voice_router
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
-
-MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
-SAMPLE_RATE = 24000
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -57,24 +61,31 @@ _REQUEST_BODY = {"required": True, "content": {"application/json": {"schema": Sp
 
 
 @router.post("/v1/audio/speech", openapi_extra={"requestBody": _REQUEST_BODY},
-             responses={200: {"content": {"audio/wav": {}, "audio/pcm": {}}}})
+             responses={200: {"content": {media: {} for media in MEDIA_TYPES.values()}}})
 async def create_speech(raw: Request):
-    """Synthesize speech; `stream: true` sends audio as each chunk is decoded."""
+    """Synthesize speech; `stream: true` (or `stream_format`) sends audio as each chunk is decoded."""
+    arrived_at = time.monotonic()
     service = _service(raw)
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
+    metrics = SpeechMetrics.get((getattr(service, "served_models", None) or [""])[0])
     try:  # the size before the body is read; then one JSON object of bounded depth, finite numbers, valid Unicode
         body = parse_json_object(await read_capped_body(raw.headers, raw.stream(), service.config.max_request_bytes))
     except RequestRejected as exc:
+        metrics.refuse("too_large" if exc.status == 413 else "invalid")
         return _error(exc.status, exc.message)
     try:
         request = SpeechRequest.model_validate(body)
         job, prompt_ids, params = service.prepare(request)
     except ValidationError as exc:
+        metrics.refuse("invalid")
         return _error(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     except ValueError as exc:
+        metrics.refuse("invalid")
         return _error(400, str(exc))
-    chunks = service.synthesize(job, prompt_ids, params)
+    usage = SpeechUsage()
+    chunks = metered(service.synthesize(job, prompt_ids, params, usage), metrics, arrived_at, request.streaming,
+                     SAMPLE_RATE)
     fmt = request.response_format
     pieces = []
     try:
@@ -83,16 +94,31 @@ async def create_speech(raw: Request):
         if not await _collect_unless_disconnected(raw, chunks, pieces, first_only=request.streaming):
             return Response(status_code=499)  # nobody reads it
     except Overloaded as exc:
+        metrics.refuse("overloaded")
         return _overloaded(exc)
     except InvalidSpeechRequest as exc:
+        metrics.refuse("invalid")
         return _error(400, str(exc))
     except SynthesisError as exc:
+        metrics.refuse("failed")
         return _error(500, str(exc), "server_error")
     if request.streaming:
-        return StreamingResponse(_stream_bytes(pieces, chunks, fmt), media_type=MEDIA_TYPES[fmt])
-    audio = audio_format.concat(pieces)
-    data = audio_format.wav_bytes(audio, SAMPLE_RATE) if fmt == "wav" else audio_format.pcm16_bytes(audio)
+        encoder = AudioEncoder(fmt, SAMPLE_RATE, streaming=True)
+        failure: list[str] = []
+        body = _stream_bytes(pieces, chunks, encoder, failure)
+        if request.sse:
+            return StreamingResponse(_sse_events(body, usage, failure), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(body, media_type=MEDIA_TYPES[fmt])
+    data = await asyncio.to_thread(_whole_file, audio_format.concat(pieces), fmt, request.speed)
     return Response(content=data, media_type=MEDIA_TYPES[fmt])
+
+
+def _whole_file(audio, fmt: str, speed: float) -> bytes:
+    """The complete response body (a worker thread's work: stretching and encoding a long text takes a while)."""
+    encoder = AudioEncoder(fmt, SAMPLE_RATE, streaming=False)
+    encoder.encode(time_stretch(audio, speed, SAMPLE_RATE))
+    return encoder.finish()
 
 
 async def _collect_unless_disconnected(raw: Request, chunks, pieces: list, first_only: bool) -> bool:
@@ -126,19 +152,43 @@ async def _collect_unless_disconnected(raw: Request, chunks, pieces: list, first
     return True
 
 
-async def _stream_bytes(first: list, chunks, fmt: str):
-    if fmt == "wav":
-        yield audio_format.streaming_wav_header(SAMPLE_RATE)
-    for chunk in first:
-        yield audio_format.pcm16_bytes(chunk)
+async def _stream_bytes(first: list, chunks, encoder: AudioEncoder, failure: list[str]):
+    """The encoded bytes of each chunk as it comes (a codec may hold a few ms of audio back until the next one).
+    A synthesis that fails midway ends the bytes early, its error appended to `failure`."""
     try:
+        for chunk in first:
+            if data := await encode_off_loop(encoder, chunk):
+                yield data
         async for chunk in chunks:
-            yield audio_format.pcm16_bytes(chunk)
+            if data := await encode_off_loop(encoder, chunk):
+                yield data
+        if data := await encode_off_loop(encoder, None):
+            yield data
     except SynthesisError as exc:
         # Headers are gone: end the stream early; the client sees a short body.
         logger.error("speech stream failed: %s", exc)
+        failure.append(str(exc))
     finally:
+        encoder.close()
         await chunks.aclose()  # a client gone mid-stream aborts the request now
+
+
+def _sse(event: dict) -> bytes:
+    return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _sse_events(body, usage: SpeechUsage, failure: list[str]):
+    """OpenAI's speech events: `speech.audio.delta` with each piece of the encoded audio in base64, then
+    `speech.audio.done` with the usage; a synthesis that fails midway ends with an `error` event instead."""
+    try:
+        async for data in body:
+            yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+    finally:
+        await body.aclose()
+    if failure:
+        yield _sse({"type": "error", "error": {"message": failure[0], "type": "server_error", "code": 500}})
+    else:
+        yield _sse({"type": "speech.audio.done", "usage": usage.as_dict()})
 
 
 @router.get("/v1/audio/voices")
@@ -146,11 +196,13 @@ async def list_voices(raw: Request):
     service = _service(raw)
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
-    return {"voices": service.voices(), "task_type": service.tables.model_type,
-            "languages": service.tables.supported_languages}
+    store = service.voice_store
+    details = [{"name": name, "kind": "speaker"} for name in sorted(service.tables.speakers)]
+    details += [voice.describe() for voice in store.list()] if store is not None else []
+    return {"voices": service.voices(), "details": details, "task_type": service.tables.model_type,
+            "languages": service.tables.supported_languages, "uploads": store is not None}
 
 
-_MODE_RPC = "voxserve_codec_mode"  # worker method, see vllm_voxserve/worker/rpc.py
 MAX_ADMIN_BODY_BYTES = 4096  # {"mode": NAME}
 _ADMIN_OFF = ("not found: the admin routes are off; enable them with --additional-config "
               '\'{"voxserve": {"admin_routes": true}}\'')
@@ -179,7 +231,7 @@ async def _codec_mode_rpc(raw: Request, mode: str | None):
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
     try:
-        replies = await service.engine_client.collective_rpc(_MODE_RPC, args=(mode,))
+        replies = await service.engine_client.collective_rpc(MODE_RPC_METHOD, args=(mode,))
     except Exception as exc:  # the engine died or a worker raised: report it, keep the API server up
         logger.exception("codec mode rpc failed")
         return _error(500, f"codec mode rpc failed: {exc}", "server_error")
@@ -221,19 +273,21 @@ class SpeechEndpointPlugin:
 
     def attach_router(self, app: FastAPI) -> None:
         app.include_router(router)
+        app.include_router(voice_router)
 
     async def init_state(self, engine_client, state, args: Namespace) -> None:
         if engine_client is None:
             return
         vllm_config = getattr(engine_client, "vllm_config", None)
         additional = getattr(vllm_config, "additional_config", None)
-        config = VoxServeConfig.from_additional_config(additional or _parse_json(getattr(args, "additional_config", None)))
+        config = process_config(additional or _parse_json(getattr(args, "additional_config", None)))
         served = list(args.served_model_name or [args.model])
         # vLLM's model (its snapshot folder of a hub id when offline), else the command line's
         model = getattr(getattr(vllm_config, "model_config", None), "model", None) or args.model
         model_dir = resolve_model_dir(model, getattr(args, "revision", None), getattr(args, "download_dir", None))
         service = SpeechService(engine_client, str(model_dir), served, config)
         service.start()
+        state.voxserve_engine_metrics = start_engine_metrics(engine_client, served[0])
         state.voxserve_api_keys = _api_keys(args)
         state.voxserve_speech = service
         logger.info("voxserve: /v1/audio/speech ready for %s (%s)", served, service.tables.model_type)

@@ -13,8 +13,13 @@ import unicodedata
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_voxserve.contract import SAMPLE_RATE
+
 MAX_INPUT_CHARS = 4096  # the default of voxserve.max_input_chars
-RESPONSE_FORMATS = ("wav", "pcm")
+RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")  # audio_encoding.RESPONSE_FORMATS
+STREAMED_FORMATS = ("mp3", "opus", "aac", "wav", "pcm")  # audio_encoding.STREAMED_FORMATS
+STREAM_FORMATS = ("audio", "sse")
+MIN_SPEED, MAX_SPEED = 0.25, 4.0  # OpenAI's range
 TASK_TYPES = {"CustomVoice": "custom_voice", "VoiceDesign": "voice_design", "Base": "base"}
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # a seed is any signed 64-bit integer (the worker keeps it in int64)
 INT32_MAX = 2**31 - 1  # vLLM keeps top_k in an int32 tensor
@@ -31,10 +36,10 @@ class SpeechRequest(BaseModel):
     model: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     input: str
     voice: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    response_format: str = Field(default="wav", max_length=MAX_NAME_CHARS)
-    speed: float = 1.0
+    response_format: str = Field(default="mp3", max_length=MAX_NAME_CHARS)  # OpenAI's default
+    speed: float = Field(default=1.0, ge=MIN_SPEED, le=MAX_SPEED)  # whole-file responses only
     stream: bool = False
-    # OpenAI's: "audio" streams raw audio (as stream=true); "sse" is unsupported
+    # OpenAI's: "audio" streams the audio bytes (as stream=true); "sse" sends them base64 in server-sent events
     stream_format: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     instructions: str | None = None
     # Qwen3-TTS
@@ -61,7 +66,11 @@ class SpeechRequest(BaseModel):
 
     @property
     def streaming(self) -> bool:
-        return self.stream or self.stream_format == "audio"
+        return self.stream or self.stream_format is not None
+
+    @property
+    def sse(self) -> bool:
+        return self.stream_format == "sse"
 
     def check(self, served_models: list[str], checkpoint_kind: str, max_input_chars: int = MAX_INPUT_CHARS,
               max_instructions_chars: int = MAX_INPUT_CHARS) -> None:
@@ -81,10 +90,15 @@ class SpeechRequest(BaseModel):
         if self.response_format not in RESPONSE_FORMATS:
             raise ValueError(f"response_format {self.response_format!r} is not supported; use one of "
                              f"{list(RESPONSE_FORMATS)}")
-        if self.stream_format not in (None, "audio"):
-            raise ValueError(f"stream_format {self.stream_format!r} is not supported; use \"audio\" (or stream=true)")
-        if self.speed != 1.0:
-            raise ValueError("speed must be 1.0: this server does not change the speaking rate")
+        if self.stream_format is not None and self.stream_format not in STREAM_FORMATS:
+            raise ValueError(f"stream_format {self.stream_format!r} is not supported; use one of "
+                             f"{list(STREAM_FORMATS)}")
+        if self.streaming and self.response_format not in STREAMED_FORMATS:
+            raise ValueError(f"response_format {self.response_format!r} is for whole-file responses only; stream one "
+                             f"of {list(STREAMED_FORMATS)}, or drop stream/stream_format")
+        if self.speed != 1.0 and self.streaming:
+            raise ValueError(f"speed {self.speed:g} is only for whole-file responses: a streamed response plays at "
+                             "speed 1.0; drop stream/stream_format or speed")
         if self.task_type is not None:
             if self.task_type not in TASK_TYPES:
                 raise ValueError(f"task_type {self.task_type!r} is unknown; use one of {list(TASK_TYPES)}")
@@ -106,13 +120,10 @@ def has_speakable_text(text: str) -> bool:
     return any(unicodedata.category(char)[0] in "LN" for char in text)
 
 
-def decode_reference_audio(data: str, sample_rate: int = 24000, max_bytes: int = 16 << 20,
+def decode_reference_audio(data: str, sample_rate: int = SAMPLE_RATE, max_bytes: int = 16 << 20,
                            max_seconds: float = 30.0) -> np.ndarray:
     """base64 (or a data URL) of an audio file soundfile can read, at any sample rate, mono or not -> float32 mono at
     `sample_rate` (channels averaged, resampled with soxr). ValueError naming ref_audio for what is refused."""
-    import soundfile
-    import soxr
-
     if data.startswith("data:"):
         if "," not in data:
             raise ValueError("ref_audio data URL has no payload")
@@ -123,20 +134,29 @@ def decode_reference_audio(data: str, sample_rate: int = 24000, max_bytes: int =
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("ref_audio is not valid base64") from None
+    return read_reference_clip(raw, sample_rate, max_seconds)
+
+
+def read_reference_clip(raw: bytes, sample_rate: int = 24000, max_seconds: float = 30.0,
+                        field: str = "ref_audio") -> np.ndarray:
+    """The bytes of an audio file soundfile can read -> float32 mono at `sample_rate`; ValueError naming `field`."""
+    import soundfile
+    import soxr
+
     try:
         with soundfile.SoundFile(io.BytesIO(raw)) as clip:
             rate, frames = clip.samplerate, clip.frames
             # from the header: a clip over the limit is never decoded
             audio = clip.read(dtype="float32", always_2d=True) if frames <= max_seconds * rate else None
     except Exception as exc:  # soundfile raises its own LibsndfileError and RuntimeError types
-        raise ValueError(f"ref_audio could not be decoded as audio: {exc}") from None
+        raise ValueError(f"{field} could not be decoded as audio: {exc}") from None
     if audio is None:
-        raise ValueError(f"ref_audio is {frames / rate:.1f} s long; at most {max_seconds:g} s are accepted "
+        raise ValueError(f"{field} is {frames / rate:.1f} s long; at most {max_seconds:g} s are accepted "
                          "(voxserve.max_ref_audio_seconds)")
     if audio.size == 0:
-        raise ValueError("ref_audio is empty")
+        raise ValueError(f"{field} is empty")
     if not np.isfinite(audio).all():
-        raise ValueError("ref_audio has samples that are not finite numbers (NaN or infinity)")
+        raise ValueError(f"{field} has samples that are not finite numbers (NaN or infinity)")
     mono = audio.mean(axis=1)
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")

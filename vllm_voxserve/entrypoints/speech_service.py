@@ -13,15 +13,22 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.contract import (
+    CANCEL_RPC_METHOD,
+    SAMPLES_PER_FRAME,
+    decode_failure,
+    decode_rejection,
+    plan_hints,
+)
 from vllm_voxserve.models.qwen3_tts.configuration import Qwen3TTSConfig
 from vllm_voxserve.models.qwen3_tts.job import (
     MAX_CODE_PREDICTOR_TOP_K,
-    SAMPLES_PER_FRAME,
     CodePredictorSampling,
     SpeechJob,
     TalkerSampling,
@@ -37,20 +44,28 @@ from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, new_stream
 
 from .reference_encoding import ReferenceEncoder
 from .speech_request import SpeechRequest, decode_reference_audio
+from .voice_store import VoiceStore
 
 logger = logging.getLogger(__name__)
 
 # After vLLM reports the request finished, its last audio must follow within this time.
 AUDIO_END_TIMEOUT_S = 60.0
-CANCEL_RPC = "voxserve_cancel_audio"  # worker method, see vllm_voxserve/worker/rpc.py
-FAILURE_PREFIX = "voxserve-failed:"  # stop_reason of a request the worker failed (scheduler.adapter)
-
-
-# Scheduling hint for the engine's scheduler (`scheduler.adapter.PLAN_KEY`): audio frames the text will take.
-PLAN_KEY = "voxserve_plan"
+# The scheduling hint (`contract.PLAN_KEY`) estimates the audio frames a text will take from its words.
 FRAMES_PER_WORD = 5.2  # ≈ 80 ms frames per English word in LibriTTS-like speech
 REJECTED = "rejected"  # queue item kinds beside transport.AUDIO / END / ERROR
 INVALID = "invalid"
+
+
+@dataclass
+class SpeechUsage:
+    """OpenAI's usage of a speech request: prompt positions the model read, codec tokens it generated."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "total_tokens": self.input_tokens + self.output_tokens}
 
 
 class SynthesisError(RuntimeError):
@@ -85,12 +100,17 @@ class SpeechService:
         self.cancels = AudioCancels(engine_client)
         # Base: reference clips are encoded here, off the engine's step loop (reference_encoding.py)
         self.references = ReferenceEncoder(model_path) if self.tables.model_type == "base" else None
+        # Base: voices uploaded once, encoded (voice_store.py); None when voxserve.voices_dir is unset
+        self.voice_store = (VoiceStore(config.voices_dir, config.max_voices)
+                            if self.references is not None and config.voices_dir else None)
 
     def start(self) -> None:
         self.receiver.start()
 
     def voices(self) -> list[str]:
-        return sorted(self.tables.speakers)
+        """The names `voice` takes: the checkpoint's speakers (CustomVoice) or the uploaded voices (Base)."""
+        uploaded = [v.name for v in self.voice_store.list()] if self.voice_store is not None else []
+        return sorted(self.tables.speakers) + uploaded
 
     def prepare(self, request: SpeechRequest):
         """Validate and build (job, prompt ids, sampling params); raises ValueError for the client."""
@@ -108,7 +128,18 @@ class SpeechService:
             ref_audio = decode_reference_audio(request.ref_audio, max_bytes=config.max_ref_audio_bytes,
                                                max_seconds=config.max_ref_audio_seconds).tobytes()
         ref_text_ids: tuple[int, ...] = ()
-        if kind == "base":
+        stored = None
+        if kind == "base" and request.voice is not None and not request.ref_audio:
+            # without a clip, `voice` names an uploaded voice (with one, the clip is the voice, as before)
+            stored = self.voice_store.get(request.voice) if self.voice_store is not None else None
+            if stored is None:
+                raise ValueError(f"voice {request.voice!r} is not an uploaded voice; uploaded: {self.voices()}, "
+                                 "or send ref_audio")
+            if request.ref_text:
+                raise ValueError("ref_text is for ref_audio; voice names an uploaded voice, which has its own")
+            if not stored.x_vector_only:
+                ref_text_ids = tuple(encode_ref_text(self.tokenizer, stored.ref_text)[3:-2])
+        elif kind == "base":
             if not ref_audio:
                 raise ValueError("Base (voice cloning) needs `ref_audio`: base64 or a data URL of an audio clip")
             if not request.x_vector_only_mode:
@@ -126,9 +157,11 @@ class SpeechService:
             language=request.language.lower(),
             speaker=speaker.lower() if speaker else None,
             instruct_ids=tuple(encode_instruct(self.tokenizer, instruct)) if instruct.strip() else (),
-            x_vector_only=request.x_vector_only_mode if kind == "base" else False,
+            x_vector_only=(stored.x_vector_only if stored is not None else request.x_vector_only_mode)
+            if kind == "base" else False,
             ref_text_ids=ref_text_ids,
-            num_ref_frames=math.ceil(len(ref_audio) / 4 / SAMPLES_PER_FRAME) if ref_text_ids else 0,
+            num_ref_frames=(stored.num_ref_frames if stored is not None
+                            else math.ceil(len(ref_audio) / 4 / SAMPLES_PER_FRAME)) if ref_text_ids else 0,
             non_streaming=request.non_streaming_mode,
         )
         gen = self.generation_defaults
@@ -152,6 +185,7 @@ class SpeechService:
             audio_address=self.receiver.address,
             prompt=prompt,
             ref_audio=ref_audio,
+            **({"x_vector": stored.x_vector, "ref_codes": stored.ref_codes} if stored is not None else {}),
             fixed_length=request.ignore_eos,
             seed=request.seed,
             code_predictor=cp_sampling,
@@ -180,20 +214,25 @@ class SpeechService:
             temperature=0.0,
             detokenize=False,
             output_kind=RequestOutputKind.DELTA,
-            extra_args={**job.to_extra_args(), PLAN_KEY: {"expected_frames": expected_frames(request)}},
+            extra_args={**job.to_extra_args(), **plan_hints(expected_frames(request))},
         )
         # vLLM sees placeholder ids (codec_pad) of the plan's length; the worker embeds the real prompt.
         prompt_ids = [self.tables.codec_pad] * len(plan)
         return job, prompt_ids, params
 
-    async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params) -> AsyncIterator[np.ndarray]:
-        """Yields float32 mono 24 kHz chunks in order; leaving early (client gone) aborts the request."""
+    async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params,
+                         usage: SpeechUsage | None = None) -> AsyncIterator[np.ndarray]:
+        """Yields float32 mono 24 kHz chunks in order; leaving early (client gone) aborts the request. `usage`, when
+        given, counts the request's tokens as they are generated."""
+        usage = usage if usage is not None else SpeechUsage()
+        usage.input_tokens = len(prompt_ids)
         if job.ref_audio:  # the engine gets the request once its reference is encoded: it never waits for it
             job = await self._encode_reference(job)
             params.extra_args = {**params.extra_args, **job.to_extra_args()}
         queue = self.receiver.open(job.stream_key)
         request_id = f"speech-{job.stream_key}"
-        engine = asyncio.get_running_loop().create_task(self._run_engine(prompt_ids, params, request_id, queue))
+        engine = asyncio.get_running_loop().create_task(self._run_engine(prompt_ids, params, request_id, queue,
+                                                                                 usage))
         kind = None
         try:
             while True:
@@ -228,9 +267,12 @@ class SpeechService:
             logger.exception("encoding a reference clip failed")
             raise SynthesisError(f"reference encoding failed: {type(exc).__name__}: {exc}") from exc
 
-    async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue) -> None:
+    async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue,
+                          usage: SpeechUsage) -> None:
         try:
             async for output in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id):
+                if output.outputs:  # DELTA outputs: the tokens new since the last one
+                    usage.output_tokens += len(output.outputs[0].token_ids)
                 rejection = _rejection(output)
                 if rejection is not None:  # finished by the scheduler before it started: no audio will come
                     queue.put_nowait((REJECTED, rejection))
@@ -271,7 +313,7 @@ class AudioCancels:
         while self._pending:
             keys, self._pending = sorted(self._pending), set()
             try:
-                await self.engine_client.collective_rpc(CANCEL_RPC, args=(keys,))
+                await self.engine_client.collective_rpc(CANCEL_RPC_METHOD, args=(keys,))
             except Exception:  # the engine is gone or a worker raised: the audio stops with it, or at END
                 logger.exception("cancelling the audio of %d stream(s) failed", len(keys))
 
@@ -287,8 +329,6 @@ def expected_frames(request: SpeechRequest) -> int:
 
 def _rejection(output) -> tuple[str, float] | None:
     """(reason, retry_after_s) when the engine's scheduler rejected the request, else None."""
-    from vllm_voxserve.scheduler.adapter import decode_rejection
-
     if not getattr(output, "finished", False) or not output.outputs:
         return None
     decoded = decode_rejection(output.outputs[0].stop_reason)
@@ -296,16 +336,14 @@ def _rejection(output) -> tuple[str, float] | None:
 
 
 def _failure(output) -> str | None:
-    """The worker's error when the engine ended the request as failed (`scheduler.adapter.FAILURE_PREFIX`)."""
+    """The worker's error when the engine ended the request as failed (`contract.encode_failure`)."""
     if not getattr(output, "finished", False) or not output.outputs:
         return None
     completion = output.outputs[0]
     if completion.finish_reason != "error":
         return None
-    reason = completion.stop_reason
-    if isinstance(reason, str) and reason.startswith(FAILURE_PREFIX):
-        return reason[len(FAILURE_PREFIX):]
-    return "the engine failed this request"
+    error = decode_failure(completion.stop_reason)
+    return error if error is not None else "the engine failed this request"
 
 
 def _pick(value, default, fallback):

@@ -4,13 +4,11 @@ from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost, paper
 from vllm_voxserve.scheduler.overload import Rejection
 from vllm_voxserve.scheduler.planner import Planner, StepPlan
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.report import CostSample, LaneBacklog, RequestProgress, StepReport
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest
 from vllm_voxserve.scheduler.timeline import ChunkSchedule, PlaybackTimeline
 from vllm_voxserve.scheduler.urgency import ReadyChunk
 
 __all__ = [
-    "ChunkSchedule", "CostModel", "CostSample", "CostSeed", "LaneBacklog", "LinearCost", "Planner",
-    "PlaybackTimeline", "ReadyChunk", "Rejection", "RequestProgress", "SchedulerPolicyConfig", "StepPlan",
-    "StepReport", "StreamState", "WaitingRequest", "paper_h100_seed",
+    "ChunkSchedule", "CostModel", "CostSeed", "LinearCost", "Planner", "PlaybackTimeline", "ReadyChunk", "Rejection",
+    "SchedulerPolicyConfig", "StepPlan", "StreamState", "WaitingRequest", "paper_h100_seed",
 ]

@@ -1,17 +1,18 @@
 """vLLM scheduler subclasses that apply the speech policy (`Planner`) around `super().schedule()`.
 
-The only module of this package that imports vLLM. The config hook names `make_scheduler` as vLLM's
-`scheduler_cls`; it returns a subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each step:
+The engine core's adapter: it imports the pure policy, never the worker or the API server (the three processes meet
+in `vllm_voxserve.contract`). The config hook names `make_scheduler` as vLLM's `scheduler_cls`; it returns a
+subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each step:
 
 1. Requests that arrived are checked by the overload guard (`overload_mode="reject"`); a rejected one, and a waiting
    one the planner sheds, is finished by the scheduler with an abort status and a `stop_reason` that the endpoint
-   turns into HTTP 503 with `Retry-After` (`encode_rejection` / `decode_rejection`).
+   turns into HTTP 503 with `Retry-After` (`contract.encode_rejection`).
 2. Waiting requests the planner does not admit (deadline-aware deferral, at most `max_prefill_deferral_s` in a row)
    are moved out of `self.waiting` while vLLM schedules, and put back after it (a holdback queue).
 3. When more requests run than `max_decode_batch`, only the planner's decode set (least slack first) stays in
    `self.running` while vLLM schedules.
-4. After each step, request progress comes from the worker's `StepReport` (attribute `REPORT_ATTR` of the
-   `ModelRunnerOutput`) when there is one, else it is derived from vLLM's own token counts.
+4. After each step, request progress comes from the worker's `StepReport` (carried on the `ModelRunnerOutput`,
+   `compat.step_report_of`) when there is one, else it is derived from vLLM's own token counts.
 
 All times are `time.monotonic()` (system-wide on Linux: the worker's report uses the same clock). A request's own
 `ttfa_slo_ms` shifts its arrival time by (its SLO - the server's), so the pure policy sees one T for all requests.
@@ -23,50 +24,30 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request, RequestStatus
 
-from vllm_voxserve.compat import route_mode_rpc_through_scheduler
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.compat import route_mode_rpc_through_scheduler, step_report_of
+from vllm_voxserve.config import process_config
+from vllm_voxserve.contract import (
+    JOB_KEY,
+    MODE_RPC_METHOD,
+    LaneBacklog,
+    RequestProgress,
+    StepReport,
+    encode_failure,
+    encode_rejection,
+    expected_frames_of,
+)
 from vllm_voxserve.scheduler.admission import first_fit, within_stream_limit
 from vllm_voxserve.scheduler.overload import SHED_WAITING, OverloadGuard, Rejection
 from vllm_voxserve.scheduler.planner import Planner
-from vllm_voxserve.scheduler.report import LaneBacklog, RequestProgress, StepReport
 from vllm_voxserve.scheduler.serving_mode import handle_mode_call
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
-from vllm_voxserve.worker.rpc import MODE_RPC_METHOD
-from vllm_voxserve.worker.step_timing import StepHostTimes
-
-JOB_KEY = "voxserve"  # extra_args key of the speech job (models.qwen3_tts.job.EXTRA_ARGS_KEY)
-PLAN_KEY = "voxserve_plan"  # extra_args key of the endpoint's scheduling hints ({"expected_frames": n})
-REPORT_ATTR = "voxserve_report"  # ModelRunnerOutput attribute carrying the worker's StepReport
-REJECTION_PREFIX = "voxserve-overload:"
-FAILURE_PREFIX = "voxserve-failed:"  # stop_reason of a request the worker failed: the error follows
-
-
-def encode_rejection(rejection: Rejection) -> str:
-    return f"{REJECTION_PREFIX}{rejection.retry_after_s:.3f}:{rejection.reason}"
-
-
-def decode_rejection(stop_reason: Any) -> tuple[float, str] | None:
-    """(retry_after_s, reason) if `stop_reason` says the scheduler rejected the request, else None."""
-    if not isinstance(stop_reason, str) or not stop_reason.startswith(REJECTION_PREFIX):
-        return None
-    retry, _, reason = stop_reason[len(REJECTION_PREFIX):].partition(":")
-    return float(retry), reason
-
-
-def attach_report(output, make_report) -> None:
-    """Worker side: put `make_report()` (a StepReport) on the ModelRunnerOutput a step's `sample_tokens` returned, or
-    on the one its async output will return (Model Runner V2's `AsyncOutput.model_runner_output`, V1's
-    `AsyncGPUModelRunnerOutput._model_runner_output`: `get_output()` hands back that very object)."""
-    target = getattr(output, "model_runner_output", None) or getattr(output, "_model_runner_output", None) or output
-    if getattr(target, "req_ids", None):  # a real step; never the shared empty output
-        setattr(target, REPORT_ATTR, make_report())
+from vllm_voxserve.step_host_times import StepHostTimes
 
 
 class SpeechPolicyMixin:
@@ -80,7 +61,7 @@ class SpeechPolicyMixin:
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         route_mode_rpc_through_scheduler(MODE_RPC_METHOD, handle_mode_call)  # this is the engine-core process
-        config = VoxServeConfig.from_additional_config(self.vllm_config.additional_config)
+        config = process_config(self.vllm_config.additional_config)
         self.planner = Planner(config.scheduler_policy())
         self.max_audio_streams = config.max_codec_slots
         self.audio_streams: set[str] = set()  # the worker's open audio streams at its last report
@@ -145,7 +126,7 @@ class SpeechPolicyMixin:
         # Its own SLO: judge it with T = its SLO, every arrival moved into that frame (deadlines unchanged).
         shift = self.speech_policy.ttfa_target_s - slo_s
         guard = OverloadGuard(self.speech_policy.replace(ttfa_target_s=slo_s), self.planner.costs,
-                              self.planner.overload.capacity)
+                              self.planner.overload.capacity, self.planner.overload.limit)
 
         def moved(item):
             return dataclasses.replace(item, arrival_time=item.arrival_time + shift)
@@ -173,8 +154,7 @@ class SpeechPolicyMixin:
         if not isinstance(job, dict):
             return None
         shift = self._slo_s(request) - self.speech_policy.ttfa_target_s
-        frames = request.max_tokens - 1 if job.get("fixed_length") else (extra.get(PLAN_KEY) or {}).get(
-            "expected_frames")
+        frames = request.max_tokens - 1 if job.get("fixed_length") else expected_frames_of(extra)
         if frames is not None:
             frames = max(1, min(int(frames), request.max_tokens - 1))
         arrival = now - self._age(request) + shift
@@ -285,7 +265,7 @@ class SpeechPolicyMixin:
 
     def _update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        report: StepReport | None = getattr(model_runner_output, REPORT_ATTR, None)
+        report: StepReport | None = step_report_of(model_runner_output)
         if report is not None and report.failed:  # in every serving mode: a failure is not a policy
             self._finish_failed(report.failed, outputs)
         if self.stock:
@@ -318,7 +298,7 @@ class SpeechPolicyMixin:
     def _emit_rejections(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         for request, rejection in self.rejected:
             out = EngineCoreOutput(request_id=request.request_id, new_token_ids=[], finish_reason=FinishReason.ABORT,
-                                   stop_reason=encode_rejection(rejection))
+                                   stop_reason=encode_rejection(rejection.retry_after_s, rejection.reason))
             outputs.setdefault(request.client_index, EngineCoreOutputs(outputs=[])).outputs.append(out)
         self.rejected.clear()
 
@@ -331,7 +311,7 @@ class SpeechPolicyMixin:
         for request in self.finish_requests(live, RequestStatus.FINISHED_ERROR):
             out = EngineCoreOutput(request_id=request.request_id, new_token_ids=[],
                                    finish_reason=request.get_finished_reason(),
-                                   stop_reason=f"{FAILURE_PREFIX}{failed[request.request_id]}")
+                                   stop_reason=encode_failure(failed[request.request_id]))
             outputs.setdefault(request.client_index, EngineCoreOutputs(outputs=[])).outputs.append(out)
 
     def _forget_finished(self) -> None:

@@ -5,10 +5,10 @@ A prefill runs on the whole GPU and delays the next decode step of every running
 - prefill_first: admit waiting requests in arrival order as soon as the LM lane can take them.
 - deadline_aware: admit only the prefills whose estimated duration fits within the smallest slack of the running
   requests; otherwise defer, but never for more than `max_prefill_deferral_s` in a row: once the lane has deferred
-  that long, it admits a full prefill (`forced_admission="pack"`) or, as the paper's literal rule, the oldest
-  waiting request alone ("oldest"), which past capacity admits one request per deferral limit. With
-  `waiting_deadlines`, a prefill is not deferred when the oldest waiting request has no more slack than the running
-  requests: deferring it would trade a running request's deadline for a nearer one.
+  that long, it admits a full prefill (the paper's literal rule, the oldest waiting request alone, admits one request
+  per deferral limit past capacity). A prefill is not deferred when the oldest waiting request has no more slack than
+  the running requests (the paper weighs the running ones alone): deferring it would trade a running request's
+  deadline for a nearer one, and each deferral would eat the slack of the requests it holds back.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class PrefillAdmission:
         if not waiting:
             self.deferring_since = None
             return AdmissionDecision()
-        if not self.cfg.deadline_aware or (self.cfg.waiting_deadlines and waiting_slack_s <= smallest_slack_s):
+        if not self.cfg.deadline_aware or waiting_slack_s <= smallest_slack_s:
             self.deferring_since = None
             return AdmissionDecision(first_fit(waiting, float("inf"), self.costs, self.cfg))
         admit = first_fit(waiting, smallest_slack_s, self.costs, self.cfg)
@@ -82,8 +82,6 @@ class PrefillAdmission:
             self.deferring_since = now
         if now + next_step_s - self.deferring_since > self.cfg.max_prefill_deferral_s + _CLOCK_EPSILON_S:
             self.deferring_since = None
-            if self.cfg.forced_admission == "oldest":
-                return AdmissionDecision([waiting[0]], forced=True)
             return AdmissionDecision(first_fit(waiting, float("inf"), self.costs, self.cfg), forced=True)
         return AdmissionDecision(deferred=True)
 

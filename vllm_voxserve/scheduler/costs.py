@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_voxserve.scheduler.report import COST_KINDS, CostSample
+from vllm_voxserve.contract import COST_KINDS, CostSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +65,22 @@ def paper_h100_seed(codec_sms: int = 32) -> CostSeed:
 
 def h200_seed() -> CostSeed:
     """Qwen3-TTS 1.7B on one H200 (132 SMs) with 64 codec SMs and the backbone at high stream priority, as served
-    at 120 req/s in benchmarks/results/h200/2026-12-02_session17.
+    at 120 req/s in benchmarks/results/h200/2026-12-02_78cd88a.
 
     - Decode, on the whole GPU beside a busy background codec lane: 12.1-12.4 ms for 160-174 rows in the served
       step log, 12.7 ms for 192 rows side by side (run 1): the line through (167, 12.25 ms) and (192, 12.7 ms).
       Assumed to hold up to 384 rows (not measured past 192); alone the step is faster (9.5 ms at 192), which this
       line leaves out: the backbone is taken as always beside a busy codec lane, its state near capacity.
     - Background codec, 64 SMs beside the backbone: 64 chunks of 10 frames in 45.6 ms under full contention (run 1;
-      28 ms alone); 4 chunks assumed 6 ms (2.1 ms on the whole GPU, session 16, scaled by the partition and the
+      28 ms alone); 4 chunks assumed 6 ms (2.1 ms on the whole GPU, run 2026-12-02_f0a91d7, scaled by the partition
+      and the
       contention). The lane then tops out near 14,000 frames/s, as run 1 measured (14,043).
-    - Urgent codec, whole GPU at the greatest priority: 1.7 ms for 1 chunk, 4 ms for 8 (session 16's 2.1 ms for 4
+    - Urgent codec, whole GPU at the greatest priority: 1.7 ms for 1 chunk, 4 ms for 8 (run 2026-12-02_f0a91d7's 2.1
+    ms for 4
       chunks on the whole GPU lies on that line).
     - Prefill: what packed prompts add to the step their running requests decode in (CostModel.observe counts it
-      so): 1.5 ms + 10 us per prompt token, assumed from session 16's step log, where steps with prompts took
+      so): 1.5 ms + 10 us per prompt token, assumed from run 2026-12-02_f0a91d7's step log, where steps with prompts
+      took
       14-16 ms against about 13-14 for decode steps of the same batch.
     """
     return CostSeed(
@@ -118,7 +121,8 @@ class CostModel:
         seconds = sample.seconds
         if sample.kind == "prefill" and sample.decode_rows:
             # what the prefill adds to the step its running requests decode in. Counted whole, a prefill "took" the
-            # step's 14-16 ms on the H200, as long as a decode step of about the same batch (session 16 step log),
+            # step's 14-16 ms on the H200, as long as a decode step of about the same batch (run 2026-12-02_f0a91d7
+            # step log),
             # and the deadline-aware rule deferred prefills against slack they barely touch
             seconds = max(seconds - self.decode_step_s(sample.decode_rows), 0.0)
         predicted = self._seed_line(sample.kind)(sample.size)

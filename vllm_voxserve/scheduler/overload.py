@@ -14,6 +14,9 @@ from the cost model and the measured step interval, both updated online.
      interval, one urgent codec call) is later than T.
 - While waiting, reject a request that can no longer reach its first audio within T: serving it late would cost
   running streams their deadlines and still miss.
+- Before either rule, with `feedback_limit`, refuse an arrival past the limit on requests in progress that
+  `concurrency_limit.ConcurrencyLimit` learns from the first audio actually delivered: the rules above trust the
+  cost model, the limit bounds what its errors admit.
 
 The streams' demand is computed at most every `demand_refresh_s` (it walks every stream for every horizon, in the
 engine's one thread); requests accepted in between add theirs to it. `decisions` counts what was decided and why,
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from vllm_voxserve.scheduler.capacity import CapacityModel
+from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, LimitSettings
 from vllm_voxserve.scheduler.costs import CostModel
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
@@ -36,6 +40,7 @@ ACCEPTED = "accepted"
 REFUSED_BACKBONE = "refused: backbone frames"
 REFUSED_CODEC = "refused: codec frames"
 REFUSED_FIRST_AUDIO = "refused: first audio late"
+REFUSED_LIMIT = "refused: in-progress limit"
 SHED_WAITING = "shed while waiting"
 
 
@@ -84,8 +89,16 @@ class FrameDemand:
         self.codec = [a + b for a, b in zip(self.codec, other.codec)]
 
 
+def in_progress(streams: Sequence[StreamState], waiting: Sequence[WaitingRequest]) -> int:
+    """Requests still generating or waiting for their prefill."""
+    return sum(not s.generation_done for s in streams) + len(waiting)
+
+
 class OverloadGuard:
-    def __init__(self, cfg: SchedulerPolicyConfig, costs: CostModel, capacity: CapacityModel | None = None) -> None:
+    def __init__(self, cfg: SchedulerPolicyConfig, costs: CostModel, capacity: CapacityModel | None = None,
+                 limit: ConcurrencyLimit | None = None) -> None:
+        """`capacity` and `limit` given: another guard's, shared by one that judges requests with another T (it
+        checks the limit; the guard that made it keeps it up to date)."""
         self.cfg = cfg
         self.costs = costs
         self.capacity = capacity or CapacityModel(cfg, costs)
@@ -93,6 +106,9 @@ class OverloadGuard:
         self.decisions: Counter[str] = Counter()
         self._demand: FrameDemand | None = None
         self._demand_at = 0.0
+        self._owns_limit = limit is None
+        self.limit = limit if limit is not None else (
+            ConcurrencyLimit(LimitSettings(cfg.ttfa_target_s), self.schedule) if cfg.feedback_limit else None)
 
     @property
     def enabled(self) -> bool:
@@ -152,6 +168,8 @@ class OverloadGuard:
     ) -> FrameDemand:
         if self._demand is None or now - self._demand_at >= self.cfg.demand_refresh_s or now < self._demand_at:
             self._demand, self._demand_at = self.frame_demand(now, streams, waiting), now
+            if self.limit is not None and self._owns_limit:
+                self.limit.observe(now, streams, in_progress(streams, waiting))
         return self._demand
 
     def check_arrival(
@@ -166,6 +184,12 @@ class OverloadGuard:
         self, now: float, request: WaitingRequest, streams: Sequence[StreamState], waiting: Sequence[WaitingRequest]
     ) -> Rejection | None:
         demand = self._current_demand(now, streams, waiting)
+        busy = in_progress(streams, waiting) if self.limit is not None else 0
+        if self.limit is not None and not self.limit.admits(busy):
+            self.decisions[REFUSED_LIMIT] += 1
+            reason = (f"server at capacity: {busy} requests in progress, the most it has lately kept within the "
+                      f"first-audio target is {self.limit.limit:.0f}")
+            return Rejection(request.request_id, self.cfg.min_retry_after_s, reason)
         own = self.frame_demand(now, (), (request,))
         capacity = self.capacity.estimate()
         lanes = ((REFUSED_BACKBONE, "the backbone", demand.backbone, own.backbone, capacity.backbone_frames_per_s),

@@ -22,7 +22,7 @@ from vllm_voxserve.scheduler.costs import CostModel, seed_named
 from vllm_voxserve.scheduler.decode_order import decode_order
 from vllm_voxserve.scheduler.overload import OverloadGuard, Rejection
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.report import LaneBacklog, StepReport
+from vllm_voxserve.contract import LaneBacklog, StepReport
 from vllm_voxserve.scheduler.slack import generating, min_slack, slacks, waiting_slack
 from vllm_voxserve.scheduler.streams import INFINITE_SLACK, StreamState, WaitingRequest
 from vllm_voxserve.scheduler.urgency import ReadyChunk, ready_chunks, split_by_urgency, urgent_batch
@@ -92,12 +92,12 @@ class Planner:
         slack = slacks(active, now, self.costs, self.cfg)
         next_step_s = self.overload.step_s(len(active))
         head_slack = INFINITE_SLACK
-        if candidates and self.cfg.deadline_aware and self.cfg.waiting_deadlines:
+        if candidates and self.cfg.deadline_aware:
             batch = min(len(active) + 1, self.cfg.max_decode_batch)
             head_slack = waiting_slack(candidates[0], now, batch, self.costs, self.cfg)
-            if head_slack < 0 and not self.cfg.count_late_requests:
+            if head_slack < 0:
                 head_slack = INFINITE_SLACK  # past saving, like a late running request (`min_slack`)
-        decision = self.admission.decide(now, candidates, min_slack(slack.values(), self.cfg), next_step_s,
+        decision = self.admission.decide(now, candidates, min_slack(slack.values()), next_step_s,
                                          head_slack)
         plan.admit = [w.request_id for w in decision.admit]
         plan.prefill_deferred = decision.deferred

@@ -10,8 +10,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from vllm_voxserve.contract import FRAME_DURATION_S
+
 ADMISSION_MODES = ("deadline_aware", "prefill_first")
-FORCED_ADMISSIONS = ("pack", "oldest")
 OVERLOAD_MODES = ("off", "reject")
 COST_SEEDS = ("paper_h100", "h200")
 
@@ -20,7 +21,7 @@ COST_SEEDS = ("paper_h100", "h200")
 class SchedulerPolicyConfig:
     # SLO and playback
     ttfa_target_s: float = 0.2  # T
-    frame_duration_s: float = 0.08  # one audio frame (12.5 Hz)
+    frame_duration_s: float = FRAME_DURATION_S  # one audio frame (12.5 Hz)
     chunk_frames: int = 10
     first_chunk_frames: int = 10  # a shorter first chunk lowers TTFA
     # codec routing
@@ -38,22 +39,6 @@ class SchedulerPolicyConfig:
     max_prefill_tokens: int = 2048
     max_prefill_deferral_s: float = 0.1
     admission_mode: str = "deadline_aware"
-    count_late_requests: bool = False  # True: the paper's literal rule, where already-late requests also defer
-    # When a deferral ends by force, "pack": admit a full prefill (up to max_prefills_per_step); "oldest": only the
-    # oldest request, the paper's literal rule, which admits one request per deferral limit while slack stays short
-    # (§4.7: 15 req/s completed at 52 offered). On the H200 with "oldest", `lanes` met 99.3 % at 96 req/s, but at
-    # 104 its TTFA grew without bound (p50 95 ms to 524 ms within 14 s) where `lanes+prefill_first` held 95.8 %
-    # (results/h200/2026-12-02_session15).
-    forced_admission: str = "pack"
-    # Weigh the oldest waiting request's own deadline: a prefill is deferred only while a running request has less
-    # slack than that request (earliest deadline first), not whenever the prefill would not fit the running requests'
-    # slack; a waiting request already past saving does not count (as count_late_requests for running ones). False:
-    # the paper's rule, which weighs only running requests; each deferral then eats the slack of the requests it
-    # holds back, which run short once admitted and defer the next ones (on the H200 `lanes` ran away at 104 req/s
-    # in sessions 15 and 16, with either forced admission, where prefill-first held 112; its learned prefill cost was
-    # also about 3x too high then, see CostModel.observe). Simulated with the paper's H100 costs, on and off are
-    # within 3 points at 48-60 req/s; not yet measured on the GPU.
-    waiting_deadlines: bool = True
     # overload
     overload_mode: str = "reject"
     demand_horizons_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)  # windows the frame demand is checked over
@@ -63,15 +48,18 @@ class SchedulerPolicyConfig:
     # weigh the background codec lane's frame rate at arrival beside the backbone's; off, the backbone's alone (the
     # guard before the codec lane was modelled: past capacity it admitted what the codec lane could not decode)
     codec_admission: bool = True
+    # bound the requests in progress by a limit learned from the first audio delivered (concurrency_limit.py): the
+    # feedback that holds goodput where the cost model overestimates what the server keeps on time
+    feedback_limit: bool = True
     demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
     min_retry_after_s: float = 1.0
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
     # The cost model's seed, whose shape measured costs scale (costs.py): "paper_h100" (the paper's H100), "h200"
-    # (session 17's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's capacity is
+    # (run 2026-12-02_78cd88a's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's
+    # capacity is
     # extrapolated along it to full batches before they are measured.
     cost_seed: str = "paper_h100"
-    # SM split (LM lane SMs / background codec lane SMs); urgent and prefill work use the whole GPU
-    lm_sms: int = 100
+    # background codec lane SMs (the cost seed's codec line scales with them); urgent and prefill work use the whole GPU
     codec_sms: int = 32
 
     def __post_init__(self) -> None:
@@ -80,7 +68,7 @@ class SchedulerPolicyConfig:
         _at_least_one(
             self, "chunk_frames", "first_chunk_frames", "background_min_batch", "background_max_batch",
             "urgent_max_batch", "max_decode_batch", "max_prefills_per_step", "max_prefill_tokens",
-            "default_expected_frames", "lm_sms", "codec_sms",
+            "default_expected_frames", "codec_sms",
         )
         if not self.demand_horizons_s or any(not h > 0 for h in self.demand_horizons_s):
             raise ValueError(f"demand_horizons_s must be positive seconds, got {self.demand_horizons_s!r}")
@@ -93,11 +81,9 @@ class SchedulerPolicyConfig:
             )
         if self.admission_mode not in ADMISSION_MODES:
             raise ValueError(f"admission_mode must be one of {ADMISSION_MODES}, got {self.admission_mode!r}")
-        for name in ("count_late_requests", "waiting_deadlines", "codec_admission"):
+        for name in ("codec_admission", "feedback_limit"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.forced_admission not in FORCED_ADMISSIONS:
-            raise ValueError(f"forced_admission must be one of {FORCED_ADMISSIONS}, got {self.forced_admission!r}")
         if self.cost_seed not in COST_SEEDS:
             raise ValueError(f"cost_seed must be one of {COST_SEEDS}, got {self.cost_seed!r}")
         if self.overload_mode not in OVERLOAD_MODES:

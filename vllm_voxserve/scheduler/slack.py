@@ -64,10 +64,8 @@ def slacks(
     return {s.request_id: slack(s) for s in active}
 
 
-def min_slack(values: Iterable[float], cfg: SchedulerPolicyConfig) -> float:
-    """Smallest slack among running requests. Unless `cfg.count_late_requests`, a request already past saving
-    (negative slack) is left out: deferring a prefill cannot bring its chunk back in time, and counting it would let
-    one late request hold back every prefill behind it."""
-    if not cfg.count_late_requests:
-        values = [v for v in values if v >= 0]
-    return min(values, default=INFINITE_SLACK)
+def min_slack(values: Iterable[float]) -> float:
+    """Smallest slack among running requests. A request already past saving (negative slack) is left out (the
+    paper's rule counts it): deferring a prefill cannot bring its chunk back in time, and counting it would let one
+    late request hold back every prefill behind it."""
+    return min((v for v in values if v >= 0), default=INFINITE_SLACK)

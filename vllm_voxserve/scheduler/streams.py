@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
-from vllm_voxserve.scheduler.report import RequestProgress
+from vllm_voxserve.contract import RequestProgress
 from vllm_voxserve.scheduler.timeline import ChunkSchedule, chunk_deadline
 
 

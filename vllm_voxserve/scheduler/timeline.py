@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vllm_voxserve.contract import FRAME_DURATION_S
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkSchedule:
@@ -19,7 +21,7 @@ class ChunkSchedule:
 
     first_chunk_frames: int = 10
     chunk_frames: int = 10
-    frame_duration_s: float = 0.08
+    frame_duration_s: float = FRAME_DURATION_S
 
     def __post_init__(self) -> None:
         if self.first_chunk_frames < 1 or self.chunk_frames < 1:

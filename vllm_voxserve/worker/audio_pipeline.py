@@ -1,12 +1,10 @@
 """From frames to audio on the worker: per-request chunking, the codec, and the audio channel.
 
 Frames are cut into chunks per request (`first_chunk_frames`, then `chunk_frames`; a finished request's last chunk
-may be shorter). The codec mode decides where a ready chunk goes:
-- `inline`: decoded right after the backbone step that completed it, batched across requests (time sharing, as a
-  stock vLLM deployment would do it);
-- `lanes`: handed to the codec lanes, which the pure policy drives (`chunk_dispatch.LaneDispatch`).
-Either way a request's audio leaves in chunk order, then END (or ERROR). The mode can be switched while no request
-is open (`set_codec_mode`, reached from the API server through `collective_rpc`, see `worker.rpc`).
+may be shorter). The codec mode's `CodecRunner` decides where a cut chunk goes (`codec_runners`: `inline` decodes it
+in the step, `lanes` hands it to the codec lanes). Either way a request's audio leaves in chunk order, then END (or
+ERROR). The mode can be switched while no request is open (`set_codec_mode`, reached from the API server through
+`collective_rpc`, see `worker.rpc`).
 """
 
 from __future__ import annotations
@@ -19,12 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
-from vllm_voxserve.codec_lanes.executables import CodecExecutables, powers_of_two_up_to, smallest_at_least
 from vllm_voxserve.config import CodecMode, VoxServeConfig
 from vllm_voxserve.fault_injection import FaultPlan
 from vllm_voxserve.models.program import CodecProgram
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.chunk_dispatch import LaneDispatch
+from vllm_voxserve.worker.codec_runners import CodecRunner, InlineCodec, LaneCodec
 from vllm_voxserve.worker.frame_store import FrameStore
 
 logger = logging.getLogger(__name__)
@@ -65,7 +63,6 @@ def release_device_memory(device: torch.device) -> None:
 class _Stream:
     stream_key: str
     address: str
-    slot: int | None  # inline mode: the request's codec state slot (the lanes keep their own)
     store_slot: int  # its place in the frame store (frames not yet cut into a chunk)
     pending: int = 0  # frames in the store, not yet cut into a chunk
     frames: int = 0  # frames received so far
@@ -75,7 +72,7 @@ class _Stream:
     opened_at: float = 0.0  # when the worker took it up (its prefill), for the first-audio path
     first_cut_at: float | None = None  # when its first chunk was cut (all of its frames existed)
     seq: int = 0  # next message number on the audio channel
-    closing: bool = False  # lanes mode: finished, END follows its last audio
+    closing: bool = False  # finished: END follows its last audio
     seed: int | None = None  # the request's seed (names it to the tests' fault injection)
 
 
@@ -91,30 +88,41 @@ class AudioPipeline:
         self.frame_store = FrameStore(config.max_codec_slots, max(config.first_chunk_frames, config.chunk_frames),
                                       program.codes_per_frame, device)
         self.chunks_sent = 0  # over all requests, since start-up
+        self.frames_pushed = 0  # backbone frames handed over, since start-up (the speech metrics' frame rate)
         # per request, at its first audio: (first chunk cut - taken up, first audio - first chunk cut) in seconds, the
         # worker's share of its time to first audio; the runtime drains it into the step log
         self.first_audio_paths: list[tuple[float, float]] = []
-        self.pool = None  # inline mode's state pool and free slots, built on first use
-        self._free_slots: list[int] = []
-        self.lanes: LaneDispatch | None = None  # lanes mode's dispatcher, built on first use
-        self.inline_graphs: CodecExecutables | None = None  # inline mode on GPU: codec graphs per (batch, frames)
-        self.mode = CodecMode(config.codec_mode)
-        if self.mode is CodecMode.AUTO:
-            self.mode = CodecMode.INLINE
+        self.codecs: dict[CodecMode, CodecRunner] = {}  # each mode's runner, built on first use and kept
+        mode = CodecMode(config.codec_mode)
+        if mode is CodecMode.AUTO:
+            mode = CodecMode.INLINE
             if device.type == "cuda":
                 try:
                     self._prepare(CodecMode.LANES)
-                    self.mode = CodecMode.LANES
+                    mode = CodecMode.LANES
                 except Exception:  # e.g. no green contexts on this GPU or driver: still serve, time-sharing
                     logger.exception("codec lanes could not be built; serving with the inline codec")
-                    self.lanes = None
-        self._prepare(self.mode)
+        self.codec: CodecRunner = self._prepare(mode)
 
     # mode --------------------------------------------------------------------------------------------------------
 
     @property
+    def mode(self) -> CodecMode:
+        return self.codec.mode
+
+    @property
     def codec_mode(self) -> str:
-        return self.mode.value
+        return self.codec.mode.value
+
+    @property
+    def lanes(self) -> LaneDispatch | None:
+        """The codec lanes' dispatcher once lanes mode was built (kept across switches), for the step log."""
+        lanes = self.codecs.get(CodecMode.LANES)
+        return lanes.dispatch if lanes is not None else None
+
+    @property
+    def inline(self) -> InlineCodec | None:
+        return self.codecs.get(CodecMode.INLINE)
 
     def set_codec_mode(self, mode: str) -> None:
         """Switch between `inline` and `lanes`; ValueError for another name, CodecModeBusy while a request is open,
@@ -125,11 +133,11 @@ class AudioPipeline:
         new = CodecMode(mode)
         if self.streams:
             raise CodecModeBusy(f"{len(self.streams)} request(s) are running; switch the codec mode when idle")
-        if self.lanes is not None:
-            self.lanes.manager.drain()  # a batch of an aborted request may still be in flight
+        for built in self.codecs.values():
+            built.quiesce()  # e.g. a lanes batch of an aborted request may still be in flight
         failure = None
         try:
-            self._prepare(new)
+            codec = self._prepare(new)
         except Exception as exc:
             failure = (is_out_of_memory(exc), f"{type(exc).__name__}: {exc}")
             # the traceback as text: a log record holding the exception would keep the half-built parts alive
@@ -143,27 +151,21 @@ class AudioPipeline:
                                        f"in {self.mode.value!r}", out_of_memory)
         if new is not self.mode:
             logger.info("codec mode: %s -> %s", self.mode.value, new.value)
-        self.mode = new
+        self.codec = codec
 
-    def _prepare(self, mode: CodecMode) -> None:
-        """Build what `mode` needs if it is not there yet. Transactional: the pipeline keeps the new parts only once
-        all of them are built, so a failure part-way leaves it exactly as it was."""
-        if mode is CodecMode.INLINE and self.pool is None:
-            slots = self.config.max_codec_slots
-            pool = self.program.make_state_pool(slots + 1, self.device)  # + the graphs' padding slot
-            graphs = None
-            if self.device.type == "cuda" and self.config.lanes.use_graphs:
-                # the same CUDA-graph executables as the lanes, on the whole GPU, replayed in the step's stream
-                graphs = CodecExecutables(
-                    self.program, pool, torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device),
-                    self.device, powers_of_two_up_to(self.config.max_codec_batch), self.config.lanes.frame_counts,
-                    padding_slot=slots, use_graphs=True)
-                graphs.capture()
-            self.pool, self.inline_graphs = pool, graphs
-            self._free_slots = list(range(slots - 1, -1, -1))
-        elif mode is CodecMode.LANES and self.lanes is None:
-            self.lanes = LaneDispatch(self.program, self.config, self.device, self._deliver, self._ended,
-                                      self.clock)
+    def _prepare(self, mode: CodecMode) -> CodecRunner:
+        """`mode`'s runner, built if it is not there yet. Transactional: the pipeline keeps a runner only once it is
+        built, so a failure part-way leaves it exactly as it was."""
+        codec = self.codecs.get(mode)
+        if codec is None:
+            # The inline codec ends a stream in the call that finished it (`_end`: END, even after a failed send of
+            # its last chunk, which `take_failures` reports); the lanes end it later, by then maybe failed (`_ended`).
+            if mode is CodecMode.INLINE:
+                codec = InlineCodec(self.program, self.config, self.device, self._send, self._end)
+            else:
+                codec = LaneCodec(self.program, self.config, self.device, self._send, self._ended, self.clock)
+            self.codecs[mode] = codec
+        return codec
 
     # requests ----------------------------------------------------------------------------------------------------
 
@@ -171,23 +173,15 @@ class AudioPipeline:
              seed: int | None = None) -> None:
         if warmup_codes is not None:  # codes enter clamped, here and in `_store`: nothing after clamps again
             warmup_codes = warmup_codes.clamp(0, MAX_CODE)
-        if self.mode is CodecMode.LANES:
-            # Warm-up: reference frames decoded into the state, unheard (Base voice cloning continues them).
-            self.lanes.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
-            slot = None
-        elif not self._free_slots:
-            raise RuntimeError(f"all {self.config.max_codec_slots} codec slots are in use (raise max_codec_slots)")
-        else:
-            slot = self._free_slots.pop()
-            self.pool.reset(torch.tensor([slot], dtype=torch.long, device=self.device))
+        # Warm-up: reference frames decoded into the state, unheard (Base voice cloning continues them).
+        self.codec.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
         # as many store slots as codec slots, so one is free here
-        self.streams[req_id] = _Stream(stream_key, address, slot, self.frame_store.open(), opened_at=self.clock(),
+        self.streams[req_id] = _Stream(stream_key, address, self.frame_store.open(), opened_at=self.clock(),
                                        seed=seed)
-        if slot is not None and warmup_codes is not None and len(warmup_codes):  # inline: the lanes primed theirs
-            self._decode([(req_id, warmup_codes.to(self.device))], send=False)
 
     def push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
         """codes [n, 16]: one finished frame per entry of req_ids (in frame order per request)."""
+        self.frames_pushed += len(req_ids)
         try:
             self._push(codes, req_ids)
         finally:
@@ -195,8 +189,7 @@ class AudioPipeline:
 
     def _push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
         ready: list[tuple[str, int, torch.Tensor]] = []
-        streams, width = self.streams, self.frame_store.width
-        lanes = self.lanes if self.mode is CodecMode.LANES else None
+        streams, width, add_frames = self.streams, self.frame_store.width, self.codec.add_frames
         rows: list[int] = []
         places: list[int] = []
         cut: list[str] = []
@@ -213,18 +206,12 @@ class AudioPipeline:
             places.append(stream.store_slot * width + stream.pending)
             stream.pending += 1
             stream.frames += 1
-            if lanes is not None:
-                lanes.add_frames(req_id, 1)
+            add_frames(req_id, 1)
             if stream.pending >= (later if stream.chunks_cut else first):
                 cut.append(req_id)
                 cut_set.add(req_id)
         self._store(codes, rows, places, cut, ready)
-        if self.mode is CodecMode.INLINE:
-            self._decode([(req_id, frames) for req_id, _, frames in ready])
-            return
-        for req_id, index, frames in ready:
-            self.lanes.add_chunk(req_id, index, frames)
-        self.lanes.pump()  # every step, even with no new chunk: harvest and launch what is due
+        self.codec.decode(ready)
 
     def _store(self, codes: torch.Tensor, rows: list[int], places: list[int], cut: list[str],
                ready: list[tuple[str, int, torch.Tensor]]) -> None:
@@ -250,8 +237,9 @@ class AudioPipeline:
     def close(self, req_id: str, error: str | None = None) -> None:
         """The request finished (or failed): decode what is left, then END (or ERROR) and free its slot.
 
-        In lanes mode END follows once the lanes have delivered the last chunk: at a later step's pump, or here, by
-        draining the lanes, when no other request is generating (the engine may take no further step)."""
+        END follows once the codec has delivered the last chunk: here for the inline codec; for the lanes at a later
+        step's pump, or here, by draining the lanes, when no other request is generating (the engine may take no
+        further step)."""
         try:
             self._close(req_id, error)
         finally:
@@ -264,21 +252,16 @@ class AudioPipeline:
         if error is not None:
             self._end(req_id, error)
             return
-        if stream.pending and stream.chunks_cut == 0:  # shorter than a first chunk
-            stream.first_cut_at = self.clock()
-        if self.mode is CodecMode.INLINE:
-            if stream.pending:
-                self._decode([(req_id, self._take_pending(stream))], last=True)
-            self._end(req_id, None)
-            return
         if stream.closing:
             return
+        if stream.pending and stream.chunks_cut == 0:  # shorter than a first chunk
+            stream.first_cut_at = self.clock()
         stream.closing = True
+        last = None
         if stream.pending:
-            last = self._take_pending(stream)
-            self.lanes.add_chunk(req_id, stream.chunks_cut, last, is_last=True)
+            last = (stream.chunks_cut, self._take_pending(stream))
             stream.chunks_cut += 1
-        self.lanes.finish(req_id)  # END now if nothing is left, else after the last chunk's audio
+        self.codec.finish(req_id, last)
 
     def fail(self, req_id: str, error: str) -> None:
         self.close(req_id, error)
@@ -286,15 +269,16 @@ class AudioPipeline:
     def cancel(self, stream_keys: list[str]) -> int:
         """The listeners of these streams left (the API server closed them): end each now, dropping its frames and
         chunks not yet decoded, and send nothing more. vLLM's abort stops the backbone, but a request that finished
-        generating before its listener left still has its audio to decode: in session 8 on the H200, ~1,500 chunks of
+        generating before its listener left still has its audio to decode: in run 2026-12-01_21d5739 on the H200,
+        ~1,500 chunks of
         the requests of a probe cut short kept the codec lanes and all 256 codec slots busy into the next window.
         Returns how many streams were open here."""
         wanted = set(stream_keys)
         found = [req_id for req_id, stream in self.streams.items() if stream.stream_key in wanted]
         for req_id in found:
             self._end(req_id, None, notify=False)
-        if found and self.mode is CodecMode.LANES:
-            self.lanes.settle()  # the others' audio must not wait for a step that may never come
+        if found:
+            self.codec.settle()  # the others' audio must not wait for a step that may never come
             self._end_failed_sends()
         return len(found)
 
@@ -302,13 +286,10 @@ class AudioPipeline:
 
     def _end(self, req_id: str, error: str | None, notify: bool = True) -> None:
         """Send END (or ERROR) and forget the request; after an error, or when nobody listens (`notify` false), in
-        lanes mode also drop whatever of it is left there."""
+        codec also drop whatever of it is left there."""
         stream = self.streams.pop(req_id)
         self.frame_store.close(stream.store_slot)
-        if stream.slot is not None:
-            self._free_slots.append(stream.slot)
-        elif (error is not None or not notify) and self.lanes is not None:
-            self.lanes.abort(req_id)
+        self.codec.release(req_id, drop=error is not None or not notify)
         if not notify:
             return
         try:
@@ -326,43 +307,9 @@ class AudioPipeline:
             self._end(req_id, self._failures[req_id])
 
     def _ended(self, req_id: str, error: str | None) -> None:
-        """LaneDispatch callback: the request's last audio left (or its chunks cannot be decoded)."""
+        """Lanes callback: the request's last audio left (or its chunks cannot be decoded)."""
         if req_id in self.streams:
             self._end(req_id, error or self._failures.get(req_id))
-
-    def _deliver(self, req_id: str, audio: torch.Tensor) -> None:
-        """LaneDispatch callback: one chunk's audio, float32 [samples] on CPU, in chunk order."""
-        self._send(req_id, audio.numpy())
-
-    @torch.no_grad()
-    def _decode(self, chunks: list[tuple[str, torch.Tensor]], send: bool = True, last: bool = False) -> None:
-        by_length: dict[int, list[tuple[str, torch.Tensor]]] = {}
-        for req_id, frames in chunks:
-            by_length.setdefault(frames.shape[0], []).append((req_id, frames))
-        limit = self.config.max_codec_batch
-        for group in by_length.values():
-            for start in range(0, len(group), limit):
-                batch = group[start : start + limit]
-                wav = self._decode_batch(batch, last)
-                if send:
-                    for (req_id, _), audio in zip(batch, wav, strict=True):
-                        self._send(req_id, audio)
-
-    def _decode_batch(self, batch: list[tuple[str, torch.Tensor]], last: bool):
-        """float32 audio [len(batch), F * samples_per_frame] (numpy) of chunks of equal length F."""
-        frames = batch[0][1].shape[0]
-        slots = [self.streams[r].slot for r, _ in batch]
-        graphs = self.inline_graphs
-        if graphs is not None and (frames in graphs.frame_counts or (last and frames <= graphs.frame_counts[-1])):
-            # a shorter last chunk runs in the next graph up: its padding frames come after its audio (causal) and
-            # only advance a state nobody reads again
-            padded = smallest_at_least(graphs.frame_counts, frames)
-            bucket = graphs.plan([f for _, f in batch], slots, (), padded)
-            wav = graphs.run(bucket, padded)[: len(batch), : frames * self.program.samples_per_frame]
-            return wav.cpu().numpy()
-        codes = torch.stack([f for _, f in batch]).to(self.device)  # frames may come from the host
-        slot_ids = torch.tensor(slots, dtype=torch.long, device=self.device)
-        return self.program.decode(codes, slot_ids, self.pool).float().cpu().numpy()
 
     def take_failures(self) -> list[tuple[str, str]]:
         """Requests whose stream this pipeline ended with an error since the last call (request id, message)."""

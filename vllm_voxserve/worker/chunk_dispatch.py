@@ -31,10 +31,11 @@ from vllm_voxserve.codec_lanes import (
     cpu_partitions,
     shared_partitions,
 )
-from vllm_voxserve.codec_lanes.executables import smallest_at_least
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.contract import CostSample, LaneBacklog, StepReport
+from vllm_voxserve.models.batch_sizes import smallest_at_least
 from vllm_voxserve.models.program import CodecProgram
-from vllm_voxserve.scheduler import CostSample, LaneBacklog, Planner, StepReport, StreamState
+from vllm_voxserve.scheduler import Planner, StreamState
 from vllm_voxserve.scheduler.urgency import ReadyChunk
 
 logger = logging.getLogger(__name__)
@@ -57,9 +58,7 @@ class LaneDispatch:
                  deliver: Callable[[str, torch.Tensor], None], ended: Callable[[str, str | None], None],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.deliver, self.ended, self.clock = deliver, ended, clock
-        policy = config.scheduler_policy()
-        if "frame_duration_s" not in config.scheduler:  # the codec knows its frame length
-            policy = policy.replace(frame_duration_s=1.0 / program.frame_rate_hz)
+        policy = config.scheduler_policy().replace(frame_duration_s=1.0 / program.frame_rate_hz)  # the codec's
         self.planner = Planner(policy)
         lanes = config.lanes
         lane_config = LaneConfig(max_requests=config.max_codec_slots, frame_counts=lanes.frame_counts,
@@ -82,7 +81,8 @@ class LaneDispatch:
         self.cost_samples: deque[CostSample] = deque(maxlen=4096)
         # host seconds of the pumps since the step log last read them, by part: harvest (finished batches to host
         # tensors), deliver (their audio sent, ENDs), plan, launch, and drain (a blocking pump's harvest, waits
-        # included). Session 7 on the H200: the harvest with delivery was the pump's tail (p99 7-13 ms a step against
+        # included). Run 2026-12-01_530eabc on the H200: the harvest with delivery was the pump's tail (p99 7-13 ms a
+        # step against
         # 15-165 us at the median, 40-48 req/s); delivery is now apart, to say which it is.
         self.pump_seconds = dict.fromkeys(("harvest", "deliver", "plan", "launch", "drain"), 0.0)
 
@@ -120,7 +120,7 @@ class LaneDispatch:
     def settle(self) -> None:
         """After a request left the generating set: drain when none is left generating, since the engine may take
         no further step. Otherwise the engine steps again and its step pumps: a pump here for each finished request
-        cost 2.4 % of the engine thread at 60 req/s on the H200 (session 9's host profile)."""
+        cost 2.4 % of the engine thread at 60 req/s on the H200 (run 2026-12-01_a7fe391's host profile)."""
         if all(r.state.generation_done for r in self.requests.values()):
             self.drain()
 

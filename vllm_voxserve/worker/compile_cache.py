@@ -1,7 +1,8 @@
 """The GPU worker's torch.compile results kept in one file across fresh machines (`VOXSERVE_COMPILE_CACHE`).
 
-A server in a fresh container (or on the project's lent H200, which starts bare every session) compiles the codec
-again at start-up: 96-131 s of the H200's 216-293 s start-ups (sessions 9 and 10). torch's portable cache
+A server in a fresh container (or on a GPU host that starts bare) compiles the codec
+again at start-up: 96-131 s of the H200's 216-293 s start-ups (runs 2026-12-01_a7fe391 and 2026-12-01_2a42666).
+torch's portable cache
 (`torch.compiler.save_cache_artifacts` / `load_cache_artifacts`) carries inductor's compiled graphs in one blob:
 loaded before anything compiles, the same graphs hit instead of compiling. torch checks each entry's key (graph,
 torch version, device), so a stale file only misses.

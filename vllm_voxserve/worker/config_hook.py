@@ -9,7 +9,7 @@ import os
 from vllm.model_executor.models.config import VerifyAndUpdateConfig
 
 from vllm_voxserve import compat
-from vllm_voxserve.config import ADDITIONAL_CONFIG_KEY, VoxServeConfig
+from vllm_voxserve.config import ADDITIONAL_CONFIG_KEY, VoxServeConfig, process_config
 from vllm_voxserve.serving_defaults import cores_per_sm, derive_serving_defaults, is_vllm_default
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_and_check
 
@@ -26,7 +26,7 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
     def verify_and_update_config(vllm_config) -> None:
         from vllm.platforms import current_platform
 
-        config = VoxServeConfig.from_additional_config(vllm_config.additional_config)  # fail fast on bad keys
+        config = process_config(vllm_config.additional_config)  # fail fast on bad keys
         # Before any process starts: a vLLM whose hooks differ stops here with one message, not inside a step.
         compat.check_hooks(compat.serving_uses(current_platform.is_cpu(), config.lanes))
         # Fail fast, naming every missing file, rather than at the first file some later step opens (an absent
@@ -52,7 +52,8 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
         if not current_platform.is_cpu() and compilation is not None and compilation.cudagraph_mode is None:
             # One whole-step graph for steps that mix prefills with decodes too (the user's -cc.cudagraph_mode wins).
             # Under load most steps carry an arriving prompt, and vLLM's default runs those piecewise: the forward's
-            # Python per layer took a quarter of the engine's thread at 60 req/s on the H200 (session 9, py-spy),
+            # Python per layer took a quarter of the engine's thread at 60 req/s on the H200 (run 2026-12-01_a7fe391,
+            # py-spy),
             # the thread that bounds the step rate. FlashAttention 3 runs mixed batches in full graphs; where the
             # attention backend cannot, vLLM lowers the mode itself.
             from vllm.config import CUDAGraphMode
@@ -96,7 +97,7 @@ def _apply_serving_defaults(vllm_config, platform) -> VoxServeConfig:
         applied.append(f"scheduler.cost_seed {derived.cost_seed}")
     raw["scheduler"] = policy
     additional[ADDITIONAL_CONFIG_KEY] = raw
-    config = VoxServeConfig.from_additional_config(additional)
+    config = process_config(additional)
     scheduler = vllm_config.scheduler_config
     if is_vllm_default(getattr(scheduler, "max_num_seqs", None), _vllm_default_caps(vllm_config)):
         cap = min(derived.max_num_seqs, config.max_codec_slots)

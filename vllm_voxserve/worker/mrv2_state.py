@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.config import process_config
+from vllm_voxserve.models.step_layout import StepLayout
 from vllm_voxserve.worker.runtime import SpeechRuntime
-from vllm_voxserve.worker.step_layout import StepLayout
 
 
 class SpeechModelState(DefaultModelState):
     def __init__(self, vllm_config, model, encoder_cache, device):
         super().__init__(vllm_config, model, encoder_cache, device)
-        self.speech = SpeechRuntime(model, VoxServeConfig.from_additional_config(vllm_config.additional_config),
-                                    device)
+        self.speech = SpeechRuntime(model, process_config(vllm_config.additional_config), device)
 
     def add_request(self, req_index, new_req_data) -> None:
         super().add_request(req_index, new_req_data)

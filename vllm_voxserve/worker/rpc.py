@@ -1,12 +1,11 @@
 """The worker ends of our `collective_rpc` calls from the API server: `GET /voxserve/modes` and `POST /voxserve/mode`
-(`codec_mode_call`), and streams whose listeners left (`cancel_audio_call`). Our worker classes expose them as
+(`codec_mode_call`), streams whose listeners left (`cancel_audio_call`), and the engine's speech metrics
+(`stats_call`). Our worker classes expose them as
 methods (0.26 resolves a string method with `getattr(worker, name)` on each worker and runs it on the thread that runs
 the worker's steps: the worker process's busy loop on CPU, the engine core's loop on GPU; so it never runs while a
 step touches the audio pipeline).
 
-Replies are plain dicts (they cross process boundaries): `{"status": 200, "modes": [...], "current": NAME}`, or
-`{"status": 400 | 409 | 500 | 503, "error": TEXT, ...}` (503: the device has no memory for the new mode; the
-old one still serves); `{"status": 200, "cancelled": N}`.
+The method names and the replies' shapes are part of the cross-process contract (`vllm_voxserve.contract`).
 """
 
 from __future__ import annotations
@@ -16,9 +15,6 @@ import logging
 from vllm_voxserve.worker.audio_pipeline import CodecModeBusy, CodecModeUnavailable
 
 logger = logging.getLogger(__name__)
-
-MODE_RPC_METHOD = "voxserve_codec_mode"
-CANCEL_RPC_METHOD = "voxserve_cancel_audio"
 
 
 def speech_runtime(model_runner):
@@ -59,3 +55,12 @@ def cancel_audio_call(model_runner, stream_keys: list[str]) -> dict:
     if cancelled:
         logger.info("voxserve: ended the audio of %d stream(s) whose listeners left", cancelled)
     return {"status": 200, "cancelled": cancelled}
+
+
+def stats_call(model_runner) -> dict:
+    """The engine's cumulative speech counters (`speech_stats.EngineSpeechStats`) for the API server's /metrics."""
+    runtime = speech_runtime(model_runner)
+    if runtime is None:
+        return {"status": 503, "error": "this worker has no speech runtime (model not loaded yet?)"}
+    runtime.speech_stats.backbone_frames = runtime.pipeline.frames_pushed
+    return {"status": 200, "stats": runtime.speech_stats.snapshot()}

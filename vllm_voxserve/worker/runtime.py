@@ -14,22 +14,23 @@ import numpy as np
 import torch
 
 from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.contract import FRAME_DURATION_S, CostSample, RequestProgress, StepReport
 from vllm_voxserve.fault_injection import FaultPlan
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder
-from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram, form_arguments
+from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
-from vllm_voxserve.scheduler.report import CostSample, RequestProgress, StepReport
+from vllm_voxserve.models.step_layout import StepLayout
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
+from vllm_voxserve.speech_stats import EngineSpeechStats
+from vllm_voxserve.step_host_times import StepHostTimes
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.gc_pauses import process_gc_pauses
-from vllm_voxserve.worker.step_layout import StepLayout
-from vllm_voxserve.worker.step_timing import DeviceStepTimer, StepHostTimes
+from vllm_voxserve.worker.step_timing import DeviceStepTimer
 from vllm_voxserve.worker.thread_cpu import ThreadCpu
 
 logger = logging.getLogger(__name__)
 
-FRAME_S = 0.08  # one codec frame of audio (12.5 Hz)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -39,9 +40,7 @@ class SpeechRuntime:
         dtype = _DTYPES[config.codec_dtype if config.codec_dtype != "auto" else
                         "bfloat16" if device.type == "cuda" else "float32"]
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
-        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda",
-                                    shape_bounds=config.codec_call_bounds() if config.codec_bounded_shapes else None,
-                                    **form_arguments(config))
+        program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda")
         self.fault = FaultPlan.from_env()  # tests only: None unless the server's environment asks for a fault
         self.pipeline = AudioPipeline(program, config, AudioSender(), device, fault=self.fault)
         # Requests this worker failed (or that carry no job) -> the error sent on their audio stream (None: no job).
@@ -193,6 +192,7 @@ class SpeechRuntime:
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
         self.thread_cpu = ThreadCpu()  # with each of its lines: the process's busy threads (GIL contenders)
         self.gc_pauses = process_gc_pauses()  # and the garbage collector's pauses
+        self.speech_stats = EngineSpeechStats()  # what /metrics shows of the engine (rpc.stats_call reads it)
         self._suspended: set[str] = set()  # preempted requests Model Runner V2 removed and will re-add
         # GPU: the scheduler's cost model learns each step's device time (host timings of async steps mislead)
         self.device_steps = (DeviceStepTimer(lambda: torch.cuda.Event(enable_timing=True))
@@ -208,8 +208,8 @@ class SpeechRuntime:
         for req_id, stream in self.pipeline.streams.items():
             in_flight = stream.chunks_cut > stream.chunks_sent  # lanes mode: cut, not yet decoded and sent
             progress.append(RequestProgress(req_id, stream.frames, False, stream.chunks_sent,
-                                            schedule.start_frame(stream.chunks_sent) * FRAME_S, stream.first_audio_at,
-                                            in_flight))
+                                            schedule.start_frame(stream.chunks_sent) * FRAME_DURATION_S,
+                                            stream.first_audio_at, in_flight))
         samples = []
         layout, self._layout = self._layout, None
         if self.device_steps is not None:
@@ -228,6 +228,7 @@ class SpeechRuntime:
         lanes = self.pipeline.lanes
         if lanes is not None:  # the codec lanes' batches, timed by the lanes in either case
             samples.extend(lanes.take_cost_samples())
+        self.speech_stats.observe(samples)
         # cumulative like the progress: every failed request vLLM has not finished yet, so the scheduler ends it
         failed = {r: m for r, m in self._failed.items() if m is not None and r in self.model.requests}
         return StepReport(now, progress, costs=samples, failed=failed)

@@ -3,17 +3,17 @@
 Hooks (vLLM 0.26.0 `v1/worker/gpu_model_runner.py`): `_update_states` (requests start and finish), `_preprocess`
 (runs after the batch is final, before the forward), `_model_forward` (the forward of a real step; dummy and
 profiling runs call the model directly and skip it), `sample_tokens` (its output carries the speech step report to
-the scheduler, `vllm_voxserve.scheduler.adapter`).
+the scheduler, `compat.attach_step_report`).
 """
 
 from __future__ import annotations
 
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.scheduler.adapter import attach_report
+from vllm_voxserve.compat import attach_step_report
+from vllm_voxserve.config import process_config
+from vllm_voxserve.models.step_layout import StepLayout
 from vllm_voxserve.worker.runtime import SpeechRuntime
-from vllm_voxserve.worker.step_layout import StepLayout
 
 
 class V1SpeechHooks:
@@ -23,8 +23,7 @@ class V1SpeechHooks:
 
     def load_model(self, *args, **kwargs) -> None:
         super().load_model(*args, **kwargs)
-        config = VoxServeConfig.from_additional_config(self.vllm_config.additional_config)
-        self.speech = SpeechRuntime(self.model, config, self.device)
+        self.speech = SpeechRuntime(self.model, process_config(self.vllm_config.additional_config), self.device)
 
     def _update_states(self, scheduler_output):
         for req_id in scheduler_output.finished_req_ids:
@@ -52,7 +51,7 @@ class V1SpeechHooks:
     def sample_tokens(self, grammar_output):
         output = super().sample_tokens(grammar_output)
         if self.speech is not None:
-            attach_report(output, lambda: self.speech.step_report(costs=self.device.type == "cpu"))
+            attach_step_report(output, lambda: self.speech.step_report(costs=self.device.type == "cpu"))
         return output
 
 

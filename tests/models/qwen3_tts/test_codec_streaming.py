@@ -10,8 +10,7 @@ from vllm_voxserve.models.qwen3_tts.codec.checkpoint import TINY_DECODER_CONFIG
 from vllm_voxserve.models.qwen3_tts.codec.configuration import CodecDecoderConfig
 from vllm_voxserve.models.qwen3_tts.codec.decoder import CodecDecoder
 from vllm_voxserve.models.qwen3_tts.codec.init import init_codec_decoder_weights
-from vllm_voxserve.models.qwen3_tts.codec.layers import (CausalTransposedConv1d, conv_as_gemm, one_channel_conv,
-                                                         transposed_conv_as_gemm, use_gemm)
+from vllm_voxserve.models.qwen3_tts.codec.layers import GEMM, CausalConv1d, conv_as_gemm, one_channel_conv
 from vllm_voxserve.models.qwen3_tts.codec.state import CodecStatePool, codec_state_shapes, decode_chunk
 
 SPF = 1920
@@ -179,7 +178,7 @@ def test_one_channel_conv_equals_conv1d(dilation):
 
 @pytest.mark.parametrize("dilation", [1, 3])
 def test_conv_as_gemm_equals_conv1d(dilation):
-    """The low-rate convs' matmul form (layers.conv_as_gemm), plain and over a channels-last input."""
+    """The wide dilated convs' matmul form (layers.conv_as_gemm), plain and over a channels-last input."""
     g = torch.Generator().manual_seed(20 + dilation)
     x, weight, bias = torch.randn(3, 8, 40, generator=g), torch.randn(5, 8, 7, generator=g), torch.randn(5, generator=g)
     want = torch.nn.functional.conv1d(x, weight, bias, dilation=dilation)
@@ -189,28 +188,12 @@ def test_conv_as_gemm_equals_conv1d(dilation):
                                atol=1e-5, rtol=0)
 
 
-def test_low_rate_convs_as_matmuls_stream_the_full_decode(decoder, requests):
-    gemm = copy.deepcopy(decoder)
-    use_gemm(gemm.low_rate_convs())
-    assert [c.as_gemm for c in gemm.low_rate_convs()] == [True] * 4 and not decoder.pre_conv.as_gemm
-    codes, full = requests[0][0], requests[1][0]
-    pool = CodecStatePool(gemm.config, num_slots=2, dtype=torch.float32, device="cpu")
-    slots = torch.tensor([0])
-    pool.reset(slots)
-    with torch.no_grad():
-        wav = torch.cat([decode_chunk(gemm, codes[None, start : start + 10], slots, pool)[0] for start in (0, 10, 20)])
-    assert (wav - full).abs().max().item() <= TOL
-    with pytest.raises(ValueError, match="grouped"):
-        use_gemm([gemm.upsample[0][1].dwconv])
-    with pytest.raises(ValueError, match="multiple of its stride"):
-        use_gemm([CausalTransposedConv1d(4, 4, kernel_size=3, stride=2)])
-
-
 def test_dilated_convs_as_matmuls_stream_the_full_decode(decoder, requests):
     gemm = copy.deepcopy(decoder)
-    dilated = gemm.wide_dilated_convs(min_channels=1)  # every dilated conv of this small decoder
+    dilated = [m for m in gemm.modules() if isinstance(m, CausalConv1d) and m.conv.dilation[0] > 1]
     assert len(dilated) == 2 * len(gemm.config.upsample_rates)  # dilations 3 and 9 in each block
-    use_gemm(dilated)
+    for conv in dilated:  # every dilated conv of this small decoder (the served size: the 768-channel ones)
+        conv.form = GEMM
     codes, full = requests[0][0], requests[1][0]
     pool = CodecStatePool(gemm.config, num_slots=2, dtype=torch.float32, device="cpu")
     slots = torch.tensor([0])
@@ -218,25 +201,6 @@ def test_dilated_convs_as_matmuls_stream_the_full_decode(decoder, requests):
     with torch.no_grad():
         wav = torch.cat([decode_chunk(gemm, codes[None, a:b], slots, pool)[0] for a, b in ((0, 7), (7, 17), (17, 30))])
     assert (wav - full).abs().max().item() <= TOL
-
-
-def test_the_wide_dilated_convs_of_the_served_size_are_the_first_blocks_two():
-    with torch.device("meta"):
-        served = CodecDecoder(CodecDecoderConfig())
-    wide = served.wide_dilated_convs()
-    assert [(c.conv.in_channels, c.conv.dilation[0]) for c in wide] == [(768, 3), (768, 9)]
-
-
-@pytest.mark.parametrize("kernel, stride", [(2, 2), (6, 3), (16, 8)])
-def test_transposed_conv_as_gemm_equals_conv_transpose1d(kernel, stride):
-    """The upsampler's matmul form (k = stride) and the overlap-add for k = m * stride, plain and channels-last."""
-    g = torch.Generator().manual_seed(kernel)
-    x, weight, bias = torch.randn(3, 8, 11, generator=g), torch.randn(8, 5, kernel, generator=g), torch.randn(5, generator=g)
-    want = torch.nn.functional.conv_transpose1d(x, weight, bias, stride=stride)
-    torch.testing.assert_close(transposed_conv_as_gemm(x, weight, bias, stride), want, atol=1e-5, rtol=0)
-    channels_last = x.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)
-    torch.testing.assert_close(transposed_conv_as_gemm(channels_last, weight, None, stride), want - bias[:, None],
-                               atol=1e-5, rtol=0)
 
 
 @pytest.mark.gpu

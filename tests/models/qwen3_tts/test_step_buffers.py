@@ -4,7 +4,7 @@ import torch
 from vllm_voxserve.models.qwen3_tts.job import CodePredictorSampling, SpeechJob
 from vllm_voxserve.models.qwen3_tts.prompt import SpeechPrompt
 from vllm_voxserve.models.qwen3_tts.step_buffers import ServedRequest, StepBuffers
-from vllm_voxserve.worker.step_layout import StepLayout
+from vllm_voxserve.models.step_layout import StepLayout
 
 H = 4
 V = 8  # codebook-0 vocabulary of the fake buffers

@@ -140,17 +140,9 @@ def _speaker_encoder(config, seed: int):
         module = importlib.import_module("vllm_voxserve.models.qwen3_tts.codec.speaker_encoder")
     except ModuleNotFoundError:
         return None
+    from .loader import build_speaker_encoder
+
     return build_speaker_encoder(module, config, seed)
-
-
-def build_speaker_encoder(module, config, seed: int | None = None):
-    """`SpeakerEncoder` from our config (its own config class reads the official dict); seeded default init."""
-    encoder_config = module.SpeakerEncoderConfig.from_dict(config.speaker_encoder_config.to_dict())
-    if seed is None:
-        return module.SpeakerEncoder(encoder_config)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 1)
-        return module.SpeakerEncoder(encoder_config)
 
 
 def _call_if_present(module_name: str, function: str, *args) -> bool:

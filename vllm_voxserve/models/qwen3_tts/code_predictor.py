@@ -12,7 +12,7 @@ from torch import nn
 
 from .configuration import Qwen3TTSCodePredictorConfig
 from .sampling import sample
-from .talker import DecoderLayer, RMSNorm, rotary_cos_sin, sum_frame_embeddings
+from .decoder_layers import DecoderLayer, RMSNorm, rotary_cos_sin, sum_frame_embeddings
 
 
 class CodePredictorModel(nn.Module):

@@ -8,7 +8,7 @@ new k/v written into the caches [B, KV, 16, d] (in place) and attention over eve
 query's own -> [B, t, H d]. On CPU it is `attention_reference` (plain tensor code); on GPU one Triton kernel per
 (row, kv head) does all of it, where the tensor code takes about seven kernels (norms and rotary, two cache writes,
 two matmuls, a softmax: roughly a third of a layer pass at batch 64 on the H200, judged by kernel names;
-benchmarks/results/h200/2026-11-30_session4/). It mutates the caches.
+benchmarks/results/h200/2026-11-30_bb84cd0/). It mutates the caches.
 
 `top_candidates(logits, k)`: each row's k largest logits, largest first, and their ids (as `torch.topk`, ties to the
 lower id): one sorting kernel per row instead of torch.topk's selection and sorting kernels, 27 µs of each of a

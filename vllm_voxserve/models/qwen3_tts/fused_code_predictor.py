@@ -27,7 +27,7 @@ from vllm_voxserve.models.seeded_noise import uniform_noise_at
 from .code_predictor import CodePredictor
 from .cp_kernels import attention_reference, code_predictor_attention, rms_norm, top_candidates
 from .job import MAX_CODE_PREDICTOR_TOP_K as CANDIDATES
-from .talker import DecoderLayer, rotary_cos_sin
+from .decoder_layers import DecoderLayer, rotary_cos_sin
 
 
 class FusedCodePredictor(nn.Module):

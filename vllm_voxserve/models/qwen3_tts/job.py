@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .prompt import SpeechPrompt
+from vllm_voxserve.contract import JOB_KEY
 
-EXTRA_ARGS_KEY = "voxserve"
-SAMPLE_RATE = 24000
-SAMPLES_PER_FRAME = 1920
+from .prompt import SpeechPrompt
 
 
 # The served code predictor samples among this many top logits (`fused_code_predictor`), so a sampled request's
@@ -62,13 +60,13 @@ class SpeechJob:
         payload["prompt"]["text_ids"] = list(self.prompt.text_ids)
         payload["prompt"]["instruct_ids"] = list(self.prompt.instruct_ids)
         payload["prompt"]["ref_text_ids"] = list(self.prompt.ref_text_ids)
-        return {EXTRA_ARGS_KEY: payload}
+        return {JOB_KEY: payload}
 
     @classmethod
     def from_extra_args(cls, extra_args: dict[str, Any] | None) -> SpeechJob:
-        if not extra_args or EXTRA_ARGS_KEY not in extra_args:
+        if not extra_args or JOB_KEY not in extra_args:
             raise ValueError("request carries no voxserve job: send speech requests through /v1/audio/speech")
-        raw = dict(extra_args[EXTRA_ARGS_KEY])
+        raw = dict(extra_args[JOB_KEY])
         prompt = dict(raw.pop("prompt"))
         for name in ("text_ids", "instruct_ids", "ref_text_ids"):
             prompt[name] = tuple(prompt.get(name) or ())

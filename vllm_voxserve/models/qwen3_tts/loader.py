@@ -71,10 +71,18 @@ def load_talker_side(path: str | Path, dtype: torch.dtype = torch.bfloat16, devi
 
 
 def _build_speaker_encoder(config: Qwen3TTSConfig) -> nn.Module | None:
-    from .checkpoint import build_speaker_encoder
-
     try:
         module = importlib.import_module("vllm_voxserve.models.qwen3_tts.codec.speaker_encoder")
     except ModuleNotFoundError:
         return None
     return build_speaker_encoder(module, config)
+
+
+def build_speaker_encoder(module, config, seed: int | None = None):
+    """`SpeakerEncoder` from our config (its own config class reads the official dict); seeded default init."""
+    encoder_config = module.SpeakerEncoderConfig.from_dict(config.speaker_encoder_config.to_dict())
+    if seed is None:
+        return module.SpeakerEncoder(encoder_config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        return module.SpeakerEncoder(encoder_config)

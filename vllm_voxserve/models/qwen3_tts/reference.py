@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
+from .decoder_layers import KVCache
 from .prompt import InputPlan, TalkerGenerationRules
 from .sampling import apply_talker_rules, full, sample, suppression_mask
-from .talker import KVCache, Talker, embed_plan_with
+from .talker import Talker, embed_plan_with
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from vllm_voxserve.codec_lanes.executables import powers_of_two_up_to, smallest_at_least
+from vllm_voxserve.models.batch_sizes import powers_of_two_up_to, smallest_at_least
 
 from .fused_code_predictor import FusedCodePredictor
 from .step_buffers import StepBuffers

@@ -20,9 +20,9 @@ from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
 
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.config import process_config
 from vllm_voxserve.models.seeded_noise import uniform_noise_at
-from vllm_voxserve.worker.step_layout import StepLayout
+from vllm_voxserve.models.step_layout import StepLayout
 
 from .code_predictor import CodePredictor
 from .fused_code_predictor import FusedCodePredictor
@@ -87,7 +87,7 @@ class Qwen3TTSForVllm(nn.Module):
         # a hub repo id is resolved through the hub cache: the speech tokenizer is read from this folder
         self.model_path = resolve_model_dir(model_config.model, model_config.revision,
                                             vllm_config.load_config.download_dir)
-        self.voxserve = VoxServeConfig.from_additional_config(vllm_config.additional_config)
+        self.voxserve = process_config(vllm_config.additional_config)
         self.talker = Talker(vllm_config, prefix="talker")
         self.tables = PromptTables.from_config(config)
         rules = TalkerGenerationRules.from_tables(self.tables)
@@ -187,12 +187,16 @@ class Qwen3TTSForVllm(nn.Module):
                 req.frames.append((frames, i))
         return frames, rows
 
-    @staticmethod
-    def get_model_state_cls():
-        """Model Runner V2 hook: our per-step state adapter (GPU)."""
-        from vllm_voxserve.worker.mrv2_state import SpeechModelState
+    # Model Runner V2's per-step state adapter (`worker.mrv2_state.SpeechModelState`). The worker that serves this
+    # model sets it before loading it: the model imports nothing of the worker.
+    model_state_cls: type | None = None
 
-        return SpeechModelState
+    @classmethod
+    def get_model_state_cls(cls):
+        """Model Runner V2 hook: our per-step state adapter (GPU)."""
+        if cls.model_state_cls is None:
+            raise RuntimeError("no speech model state: serve this model with the voxserve GPU worker")
+        return cls.model_state_cls
 
     # ---- vLLM model interface -------------------------------------------------------------------------------
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -58,8 +58,7 @@ class ResidualVectorQuantizer(nn.Module):
             q = F.embedding(codes[:, k], layer._codebook.table())  # [B, T, dim]
             quantized = q if quantized is None else quantized + q
         # The 1x1 conv as a matmul over the lookups' [B, T, dim] layout: torch 2.11's CPU bf16 conv1d miscomputed it
-        # at exactly 5 frames (42 % off; the matmul is not). (It was also a suspect for the H200's two slow cuDNN
-        # calls a batch, wrongly: those were the wide dilated convs, see `wide_dilated_convs`.)
+        # at exactly 5 frames (42 % off; the matmul is not).
         return F.linear(quantized, self.output_proj.weight[:, :, 0]).transpose(1, 2)
 
 
@@ -96,20 +95,6 @@ class CodecDecoder(nn.Module):
         vocoder += [SnakeBeta(out_dim), CausalConv1d(out_dim, 1, 7)]
         self.decoder = nn.ModuleList(vocoder)
         self._name_conv_states()
-
-    def low_rate_convs(self) -> list[nn.Module]:
-        """The convs over few columns and many channels: the two at the codes' frame rate (a 10-frame chunk is 12
-        columns with its history; 512-1536 channels) and the upsampler's transposed convs (kernel = stride, 1024
-        channels, at 1x and 2x the frame rate), before the vocoder's upsampling."""
-        return [self.pre_conv, *(stage[0] for stage in self.upsample), self.decoder[0]]
-
-    def wide_dilated_convs(self, min_channels: int = 512) -> list[CausalConv1d]:
-        """The residual units' dilated convs over at least `min_channels` channels (the 768-channel ones of the
-        first vocoder block at the default size). On the H200 cuDNN runs those two with a kernel without tensor cores,
-        1.8 ms each at 16 chunks against 0.12 ms for the same conv undilated; the narrower dilated convs stay within
-        1.7x of undilated (results/h200/2026-12-01_session7)."""
-        return [m for m in self.decoder.modules() if isinstance(m, CausalConv1d) and m.conv.dilation[0] > 1
-                and m.conv.groups == 1 and m.conv.in_channels >= min_channels]
 
     def _name_conv_states(self) -> None:
         for name, module in self.named_modules():

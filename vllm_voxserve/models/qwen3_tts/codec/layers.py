@@ -12,11 +12,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .conv_kernels import codec_conv, snake
 from .tma_conv import supports as tma_supports
 from .tma_conv import tma_conv
 
 State = dict[str, torch.Tensor]
+
+# How a `CausalConv1d` computes (`serve_conv_forms` chooses once per served decoder; a new module is CONV):
+CONV = "conv"  # torch's conv1d (cuDNN on GPU)
+GEMM = "gemm"  # one matmul over the unfolded windows (`conv_as_gemm`)
+TMA = "tma"  # the TMA conv kernel over time-major input (`tma_conv`; torch's conv1d on CPU)
+ONE_CHANNEL = "one_channel"  # a weighted sum over windows, compiled (`one_channel_conv`); torch's conv1d eagerly
+# The fewest channels of a dilated conv that runs as a matmul: the vocoder's 768-channel dilated convs, which cuDNN
+# runs without tensor cores on the H200 (a matmul was 1.4x faster for the codec at 16 chunks); narrower dilated convs
+# stay within 1.7x of undilated ones there.
+WIDE_DILATED_CHANNELS = 512
 
 
 class CausalConv1d(nn.Module):
@@ -27,9 +36,7 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.history_len = (kernel_size - 1) * dilation
         self.state_name = ""
-        self.channels_last = False  # see use_channels_last
-        self.as_gemm = False  # see use_gemm
-        self.kernel = ""  # "tiles" or "tma": see use_conv_kernels
+        self.form = CONV  # see serve_conv_forms
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv(F.pad(x, (self.history_len, 0)))
@@ -42,18 +49,45 @@ class CausalConv1d(nn.Module):
         return self._conv(extended)
 
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
-        # The last conv (to the waveform) has one output channel, too few for cuDNN's tensor-core kernels; compiled,
-        # it is one reduction kernel instead. (Session 4's served trace's implicit_convolve_sgemm was taken for it;
-        # session 7's profile showed those were the wide dilated convs, which `use_gemm` turns into matmuls.)
-        if self.kernel == "tma":  # time-major input: inductor writes it so in the pass that makes x
-            return tma_conv(x.transpose(1, 2).contiguous(), self.conv.weight, self.conv.bias, self.conv.dilation[0])
-        if self.kernel:
-            return codec_conv(x, self.conv.weight, self.conv.bias, None, None, None, self.conv.dilation[0])
-        if self.conv.out_channels == 1 and self.conv.groups == 1 and torch.compiler.is_compiling():
-            return one_channel_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
-        if self.as_gemm:
-            return conv_as_gemm(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
-        return conv_channels_last(self.conv, x) if self.channels_last else self.conv(x)
+        conv = self.conv
+        if self.form == TMA:  # time-major input: inductor writes it so in the pass that makes x
+            return tma_conv(x.transpose(1, 2).contiguous(), conv.weight, conv.bias, conv.dilation[0])
+        if self.form == GEMM:
+            return conv_as_gemm(x, conv.weight, conv.bias, conv.dilation[0])
+        if self.form == ONE_CHANNEL and torch.compiler.is_compiling():
+            return one_channel_conv(x, conv.weight, conv.bias, conv.dilation[0])
+        return conv(x)
+
+
+def serve_conv_forms(module: nn.Module) -> None:
+    """Choose each causal conv's form under `module` (a decoder, on its device), once, before it is compiled or
+    served:
+    - the residual units' dilated convs of at least WIDE_DILATED_CHANNELS channels: GEMM;
+    - the residual units' other k7 convs: TMA where the kernel takes their channels (every one at the served size) and
+      the device has TMA (a GPU before Hopper keeps CONV; on CPU the operator is torch's conv, so CPU runs check
+      this path), their weight stored tap-major (same values; the kernel reads one tap's [out, in] block at a time);
+      with cuDNN's convs they spent most of a 64-chunk batch in layout conversions on the H200;
+    - a conv to one channel (the last): ONE_CHANNEL, too few output channels for cuDNN's tensor-core kernels;
+    - every other conv: CONV."""
+    tma_device = has_tma(next(module.parameters()).device)
+    for unit in module.modules():
+        if isinstance(unit, ResidualUnit):
+            conv = unit.conv1.conv
+            if conv.dilation[0] > 1 and conv.groups == 1 and conv.in_channels >= WIDE_DILATED_CHANNELS:
+                unit.conv1.form = GEMM
+            elif tma_device and conv.groups == 1 and tma_supports(conv.in_channels, conv.out_channels):
+                tap_major = conv.weight.detach().permute(2, 0, 1).contiguous().permute(1, 2, 0)
+                conv.weight = nn.Parameter(tap_major, requires_grad=False)
+                unit.conv1.form = TMA
+    for conv in module.modules():
+        if isinstance(conv, CausalConv1d) and conv.conv.out_channels == 1 and conv.conv.groups == 1:
+            conv.form = ONE_CHANNEL
+
+
+def has_tma(device: torch.device) -> bool:
+    """Whether the TMA conv kernel runs on `device`: a GPU of compute capability 9.0 (Hopper) or later, or any other
+    device, where the operator is torch's conv."""
+    return device.type != "cuda" or torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def one_channel_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
@@ -69,8 +103,7 @@ def one_channel_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 
 def conv_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
     """conv1d (one group) without padding as one matmul over the unfolded windows: x [B, C, T + (K-1)*dilation],
-    weight [O, C, K] -> [B, O, T]. For convs over few columns and many channels (the decoder's convs at the frame
-    rate), where the windows cost little to unfold and the matmul takes the tensor cores by cuBLAS's choice."""
+    weight [O, C, K] -> [B, O, T], where cuBLAS takes the tensor cores."""
     windows = _windows(x, weight.shape[-1], dilation)
     columns = windows.permute(0, 2, 1, 3).reshape(x.shape[0], windows.shape[2], -1)  # [B, T, C*K]
     return F.linear(columns, weight.reshape(weight.shape[0], -1), bias).transpose(1, 2)
@@ -81,82 +114,10 @@ def _windows(x: torch.Tensor, taps: int, dilation: int) -> torch.Tensor:
     return x.unfold(-1, (taps - 1) * dilation + 1, 1)[..., ::dilation]
 
 
-def transposed_conv_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                            stride: int) -> torch.Tensor:
-    """conv_transpose1d (one group, kernel a multiple m of the stride) as one matmul and an overlap-add of m shifted
-    copies: x [B, C, T], weight [C, O, m*stride] -> [B, O, (T-1)*stride + m*stride], as `F.conv_transpose1d`.
-    Input column t writes outputs t*stride ... t*stride + k - 1: tap block i of column t lands in output block t + i."""
-    batch, _, frames = x.shape
-    channels_out, taps = weight.shape[1], weight.shape[2]
-    blocks = taps // stride
-    z = F.linear(x.transpose(1, 2), weight.reshape(weight.shape[0], -1).t())  # [B, T, O*k]
-    z = z.reshape(batch, frames, channels_out, blocks, stride)
-    y = sum(F.pad(z[:, :, :, i], (0, 0, 0, 0, i, blocks - 1 - i)) for i in range(blocks))  # [B, T+m-1, O, s]
-    y = y.permute(0, 2, 1, 3).reshape(batch, channels_out, (frames + blocks - 1) * stride)
-    return y if bias is None else y + bias[:, None]
-
-
-def use_gemm(convs: list[nn.Module]) -> None:
-    """Run these convs (`CausalConv1d`, or `CausalTransposedConv1d` with a kernel a multiple of its stride) as
-    matmuls (`conv_as_gemm`, `transposed_conv_as_gemm`); their parameters stay as loaded."""
-    for conv_module in convs:
-        name = conv_module.state_name or "conv"
-        if conv_module.conv.groups != 1:
-            raise ValueError(f"{name}: a grouped conv does not run as one matmul")
-        if isinstance(conv_module, CausalTransposedConv1d) and conv_module.conv.kernel_size[0] % conv_module.stride:
-            raise ValueError(f"{name}: its kernel is not a multiple of its stride")
-        conv_module.as_gemm = True
-
-
-KERNEL_MODES = ("tails", "dilated", "k7", "all")
-
-
-def use_conv_kernels(module: nn.Module, mode: str = "all", tma: bool = False) -> None:
-    """Run the residual units under `module` on `conv_kernels.codec_conv` instead of cuDNN's convs (with layout
-    conversions around them) and element-wise passes: "tails" their SnakeBeta -> conv k1 -> + input as one kernel,
-    "dilated" their convs at dilation > 1 not already matmuls (`use_gemm`), "k7" every k7 conv not already a matmul,
-    "all" the tails and every k7 conv. Takes precedence over `use_gemm` and `use_channels_last` for those convs. A
-    conv's weight is stored tap-major (same values): the kernel reads one tap's [out, in] block at a time. With the
-    tails on the kernel, the last conv (to one channel) is too: compiled after a tail kernel, inductor unfolded its
-    windows into a 7 ms pass (session 13).
-    `tma`: the k7 convs on `tma_conv.tma_conv` (time-major input, aligned TMA tiles) where their channels allow."""
-    if mode not in KERNEL_MODES:
-        raise ValueError(f"conv kernel mode must be one of {KERNEL_MODES}, got {mode!r}")
-    for conv in module.modules():
-        if mode in ("tails", "all") and isinstance(conv, CausalConv1d) and conv.conv.out_channels == 1:
-            conv.kernel = "tiles"
-    for unit in module.modules():
-        if isinstance(unit, ResidualUnit):
-            unit.fused_tail = mode in ("tails", "all")
-            conv = unit.conv1
-            if mode == "all" or (mode == "k7" and not conv.as_gemm) or (
-                    mode == "dilated" and conv.conv.dilation[0] > 1 and not conv.as_gemm):
-                tap_major = conv.conv.weight.detach().permute(2, 0, 1).contiguous().permute(1, 2, 0)
-                conv.conv.weight = nn.Parameter(tap_major, requires_grad=False)
-                conv.kernel = "tma" if tma and tma_supports(conv.conv.in_channels, conv.conv.out_channels) else "tiles"
-
-
-def use_channels_last(module: nn.Module) -> None:
-    """Run every causal conv under `module` (but one to a single channel) as a 2-D conv over [B, C, 1, T] with its
-    weight stored channels-last (same values). cuDNN's tensor-core kernels work channels-last: with the weight so, a
-    conv's output is channels-last too and the next conv takes it without the layout conversions cuDNN otherwise
-    runs around each call (12-19 % of the codec lanes' device time in session 4's served H200 trace)."""
-    for conv_module in module.modules():
-        if isinstance(conv_module, (CausalConv1d, CausalTransposedConv1d)) and conv_module.conv.out_channels > 1:
-            weight = conv_module.conv.weight.detach()
-            nhwc = weight.unsqueeze(2).contiguous(memory_format=torch.channels_last).squeeze(2)
-            conv_module.conv.weight = nn.Parameter(nhwc, requires_grad=False)
-            conv_module.channels_last = True
-
-
-def conv_channels_last(conv: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
-    """`conv(x)` as a 2-D conv over [B, C, 1, T] (its weight made channels-last by `use_channels_last`)."""
-    weight = conv.weight.unsqueeze(2)
-    if isinstance(conv, nn.ConvTranspose1d):
-        y = F.conv_transpose2d(x.unsqueeze(2), weight, conv.bias, stride=(1, conv.stride[0]), groups=conv.groups)
-    else:
-        y = F.conv2d(x.unsqueeze(2), weight, conv.bias, dilation=(1, conv.dilation[0]), groups=conv.groups)
-    return y.squeeze(2)
+def snake(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """SnakeBeta over [B, C, T]: alpha, beta per channel, log scale, official op order."""
+    a, b = torch.exp(alpha[None, :, None]), torch.exp(beta[None, :, None])
+    return x + (1.0 / (b + 1e-9)) * torch.pow(torch.sin(x * a), 2)
 
 
 class CausalTransposedConv1d(nn.Module):
@@ -173,16 +134,9 @@ class CausalTransposedConv1d(nn.Module):
         self.right_trim = kernel_size - stride
         self.history_len = -(-kernel_size // stride) - 1
         self.state_name = ""
-        self.channels_last = False  # see use_channels_last
-        self.as_gemm = False  # see use_gemm
-
-    def _conv(self, x: torch.Tensor) -> torch.Tensor:
-        if self.as_gemm:
-            return transposed_conv_as_gemm(x, self.conv.weight, self.conv.bias, self.stride)
-        return conv_channels_last(self.conv, x) if self.channels_last else self.conv(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self._conv(x)
+        y = self.conv(x)
         return y[..., : y.shape[-1] - self.right_trim] if self.right_trim else y
 
     def stream(self, x: torch.Tensor, state: State) -> torch.Tensor:
@@ -191,7 +145,7 @@ class CausalTransposedConv1d(nn.Module):
         extended = torch.cat([state[self.state_name], x], dim=-1)
         state[self.state_name] = extended[..., -self.history_len:]
         start = self.history_len * self.stride
-        return self._conv(extended)[..., start : start + x.shape[-1] * self.stride]
+        return self.conv(extended)[..., start : start + x.shape[-1] * self.stride]
 
 
 class SnakeBeta(nn.Module):
@@ -241,12 +195,8 @@ class ResidualUnit(nn.Module):
         self.conv1 = CausalConv1d(dim, dim, kernel_size=7, dilation=dilation)
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
-        self.fused_tail = False  # see use_conv_kernels
 
     def _tail(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        if self.fused_tail:
-            conv = self.conv2.conv
-            return codec_conv(h, conv.weight, conv.bias, self.act2.alpha, self.act2.beta, x, 1)
         return self.conv2(self.act2(h)) + x  # conv2 has no history: its stream is its forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-SAMPLE_RATE = 24000
+from vllm_voxserve.contract import SAMPLE_RATE
 N_FFT, NUM_MELS, HOP, WIN, FMIN, FMAX = 1024, 128, 256, 1024, 0.0, 12000.0
 MEL_PAD = (N_FFT - HOP) // 2  # 384 samples of reflect padding on each side
 

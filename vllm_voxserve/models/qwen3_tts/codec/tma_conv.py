@@ -1,24 +1,23 @@
 """The vocoder's k7 convs on the tensor-memory accelerator: input time-major, every tap's tile one aligned TMA copy.
 
 `tma_conv(x_tm, weight, bias, dilation)`: x_tm `[B, T_in, C]` (time-major: the channels of a column contiguous),
-weight `[O, C, K]` stored tap-major (`layers.use_conv_kernels`) -> `[B, O, T_in - (K-1)*dilation]`, channels-first.
+weight `[O, C, K]` stored tap-major (`layers.serve_conv_forms`) -> `[B, O, T_in - (K-1)*dilation]`, channels-first.
 
-Why: `conv_kernels.codec_conv` reads channels-first input, whose rows start at any element and whose taps shift by
-`k * dilation` columns, so none of its loads is 16-byte aligned: no vector loads, no asynchronous copies, and the
-kernel takes 0.87-1.11 ms per conv of a 64-chunk batch whatever its channels (about 4x its tensor-core arithmetic;
-results/h200/2026-12-02_session14/codec/run1_tiles.txt). Time-major, a tap's shift moves whole rows of C channels
-(C a multiple of 8), so every tile is a TMA copy at an aligned address and the reduction over (tap, channel) blocks
-pipelines like a matmul's. The decoder makes its input time-major in the element-wise pass that already writes it
-(SnakeBeta and the history concat), so the layout costs no pass of its own. Hopper or later; C a multiple of 16, O of 8.
+Why: cuDNN runs the codec's convs channels-last, with layout conversions around each call that took most of a
+64-chunk batch on the H200, and a conv kernel reading channels-first input has rows that start at any element and
+taps that shift by `k * dilation` columns, so none of its loads is 16-byte aligned (no vector loads, no asynchronous
+copies). Time-major, a tap's shift moves whole rows of C channels (C a multiple of 8), so every tile is a TMA copy at
+an aligned address and the reduction over (tap, channel) blocks pipelines like a matmul's. The decoder makes its
+input time-major in the element-wise pass that already writes it (SnakeBeta and the history concat), so the layout
+costs no pass of its own. Hopper or later; C a multiple of 16, O of 8.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.nn import functional as F
 
-from .conv_kernels import conv_reference
-
-try:  # the GPU path; CPU-only installs run the reference
+try:  # the GPU path; CPU-only installs run torch's conv1d
     import triton
     import triton.language as tl
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -30,7 +29,7 @@ except ImportError:  # pragma: no cover
 def tma_conv(x_tm: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int) -> torch.Tensor:
     if x_tm.is_cuda and triton is not None:
         return tma_conv_triton(x_tm, weight, bias, dilation)
-    return conv_reference(x_tm.transpose(1, 2), weight, bias, None, None, None, dilation)
+    return F.conv1d(x_tm.transpose(1, 2), weight, bias, dilation=dilation)
 
 
 @tma_conv.register_fake
@@ -39,8 +38,7 @@ def _(x_tm, weight, bias, dilation):
 
 
 # (BLOCK_O, BLOCK_T, BLOCK_C, num_warps, num_stages) by channels; BLOCK_C divides the channels. The least time over
-# 64 chunks of 10 frames and 4 of 5 on the H200 (benchmarks/codec_conv_tiles.py --tma;
-# results/h200/2026-12-02_session16/codec/tiles.json); `tile` below for other channel counts.
+# 64 chunks of 10 frames and 4 of 5 on the H200 (benchmarks/codec_conv_tiles.py); `tile` below for other channel counts.
 TILES: dict[int, tuple[int, int, int, int, int]] = {96: (128, 128, 32, 4, 5), 192: (128, 256, 64, 8, 3),
                                                     384: (128, 128, 64, 8, 3), 768: (128, 128, 64, 8, 3)}
 

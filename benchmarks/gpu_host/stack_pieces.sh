@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # On this machine: cut the offline vLLM stack (SRC, as ../shared/gpu-stack/build.sh made it: part1.tar.xz, part2/,
-# part3/) into piece folders of at most MAX_MB each under DEST (DEST/01, DEST/02, ...), so that each `run` call
-# carries one piece folder beside the working tree instead of a 60 MiB part (64 MiB in all): the tree may then grow
-# past the 3.7 MB that part 1 left it. Files larger than MAX_MB are split; every folder holds a copy of the manifest
-# (original path, piece count, sha256). On the GPU machine `scripts/gpu_stack_stage.sh DEST/NN` collects the pieces
+# part3/) into piece folders of at most MAX_MB each under DEST (DEST/01, DEST/02, ...), so that each copy to a GPU
+# host that limits one transfer carries one piece folder beside the working tree instead of a 60 MiB part. Files
+# larger than MAX_MB are split; every folder holds a copy of the manifest
+# (original path, piece count, sha256). On the GPU machine `benchmarks/gpu_host/stack_stage.sh DEST/NN` collects the
+# pieces
 # and installs each part once it is complete.
-#   bash scripts/gpu_stack_pieces.sh .gpu/stack .gpu/pieces [MAX_MB]
+#   bash benchmarks/gpu_host/stack_pieces.sh .gpu/stack .gpu/pieces [MAX_MB]
 set -euo pipefail
-src=${1:?usage: gpu_stack_pieces.sh SRC DEST [MAX_MB]} dest=${2:?usage: gpu_stack_pieces.sh SRC DEST [MAX_MB]}
+src=${1:?usage: stack_pieces.sh SRC DEST [MAX_MB]} dest=${2:?usage: stack_pieces.sh SRC DEST [MAX_MB]}
 max=${MAX_BYTES:-$(( ${3:-30} * 1000 * 1000 ))}  # MAX_BYTES: tests
 rm -rf "$dest"; mkdir -p "$dest/.cut"
 manifest=$dest/.cut/manifest.txt; : > "$manifest"

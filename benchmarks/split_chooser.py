@@ -1,5 +1,7 @@
 """Offline split chooser (paper §3.1): profile candidate SM splits, pick one.
 
+    python -m benchmarks.split_chooser --split-from fig3.json '{"voxserve": {...}}'  # the config with Figure 3's split
+
 For each candidate split the backbone's decode step (at the expected batch) runs as a
 graph on the LM partition while the codec's background batch runs as a graph on the
 codec partition, side by side, as they will when serving. The chosen split gives the
@@ -10,7 +12,9 @@ min(backbone, codec) rate wins.
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 # Codec frames per backbone frame that a split must measure to keep up when serving. Served, the codec does more than
 # the measured background batches (first chunks on the urgent lane, last chunks padded to a prepared length, batches
-# split by chunk length, idle gaps until the lane's next batch is fed). Session 8 on the H200 served the split whose
+# split by chunk length, idle gaps until the lane's next batch is fed). Run 2026-12-01_21d5739 on the H200 served the
+# split whose
 # codec measured 1.09x (48 of 132 SMs): at 56 req/s its background lane was 80 % busy with 700-1,500 chunks waiting
 # and up to all codec slots held, so the codec, not the backbone, bound capacity. 1.25 lies between that failing 1.09
 # and the 1.54 of 64 SMs, which picks 64 from that Figure 3; it is a judgment, not a fit.
@@ -147,3 +152,33 @@ def profile_splits(candidates: Sequence[SplitSpec], make_backbone_step: Callable
                     batch_ms, m.codec_frames_per_s)
         results.append(m)
     return results
+
+
+def split_from_fig3(fig3: dict, config: dict) -> tuple[dict, str]:
+    """The config with Figure 3's chosen codec SMs (`benchmarks.fig3.measure`) as its split, where the chooser found
+    one that keeps up."""
+    sms = fig3.get("chosen_codec_sms")
+    if not isinstance(sms, int) or not fig3.get("chosen_keeps_up"):
+        return config, "no split kept up in Figure 3: the configured split stays"
+    lanes = config.setdefault("voxserve", {}).setdefault("lanes", {})
+    lanes["split"] = {"group": "codec", "group_sms": sms}
+    return config, f"Figure 3 chose {sms} codec SMs"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] != "--split-from":
+        print(__doc__.splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    config = json.loads(argv[2])
+    try:
+        with open(argv[1]) as f:
+            config, why = split_from_fig3(json.load(f), config)
+    except (OSError, ValueError) as exc:
+        why = f"no Figure 3 result ({exc}): the configured split stays"
+    print(f"codec split: {why}", file=sys.stderr)
+    print(json.dumps(config, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

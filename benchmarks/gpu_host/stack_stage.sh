@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root: keep the pieces of one carried piece folder (made by
-# scripts/gpu_stack_pieces.sh) under STAGE (default /opt/vox-stage, which lives while the host stays warm), rebuild
+# benchmarks/gpu_host/stack_pieces.sh) under STAGE (default /opt/vox-stage, kept while the host lives), rebuild
 # every file whose pieces are all there (checked against the manifest's sha256), and install each part of the stack
 # (part1.tar.xz, part2/, part3/) once all its files are rebuilt, with the bundle's install.sh (INSTALL, default
 # .gpu/install.sh). Prints the environment to use, as install.sh does:
-#   eval "$(bash scripts/gpu_stack_stage.sh .gpu/pieces/01)"
+#   eval "$(bash benchmarks/gpu_host/stack_stage.sh .gpu/pieces/01)"
 set -euo pipefail
-folder=${1:?usage: gpu_stack_stage.sh PIECE_FOLDER}
+folder=${1:?usage: stack_stage.sh PIECE_FOLDER}
 stage=${STAGE:-/opt/vox-stage} install=${INSTALL:-.gpu/install.sh}
 mkdir -p "$stage/pieces" "$stage/files" "$stage/stack"
 (cd "$folder" && find . -type f -name '*.piece-*' | sed 's|^\./||') | while read -r piece; do
@@ -21,7 +21,7 @@ while read -r rel n sum; do
   mkdir -p "$stage/files/$(dirname "$rel")"
   cat "$stage/pieces/$rel".piece-* > "$stage/files/$rel.tmp"
   if [ "$(sha256sum "$stage/files/$rel.tmp" | cut -d' ' -f1)" != "$sum" ]; then
-    echo "gpu_stack_stage.sh: $rel does not match its sha256" >&2; exit 3
+    echo "stack_stage.sh: $rel does not match its sha256" >&2; exit 3
   fi
   mv "$stage/files/$rel.tmp" "$stage/files/$rel"
 done < "$folder/manifest.txt"

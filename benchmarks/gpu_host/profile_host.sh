@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (vLLM from ../shared/gpu-stack, see README; py-spy among the carried wheels:
 # `pip download py-spy==0.4.0 --no-deps -d .gpu/wheels`): where the host's time goes under load. Serve as
-# gpu_serve_smoke.sh does, drive RATE req/s of the LibriTTS workload for WINDOW_S s in the server's default codec mode,
+# serve_smoke.sh does, drive RATE req/s of the LibriTTS workload for WINDOW_S s in the server's default codec mode,
 # sample the Python stacks of the engine core and of the API server with py-spy for PROFILE_S s from the middle of
 # that window (summaries by benchmarks/host_profile.py), then, with ABLATION_ARGS, run the benchmark suite's ablation
 # on the same server. py-spy reads the stacks from outside (--nonblocking: the server is not paused), so the step log
@@ -13,7 +13,7 @@ port=${PORT:-8000}
 cfg=${VOXSERVE_CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frames":5,"scheduler":{"max_decode_batch":128,"overload_mode":"off"}}}'}
 SECONDS=0
 OUT=$res KEEP_SERVER=1 PORT=$port PROBE_ARGS="--concurrency 1" SERVE_ARGS="--additional-config $cfg" \
-  timeout -k 5 "${SERVE_T:-600}" bash scripts/gpu_serve_smoke.sh > "$res/run.txt" 2>&1
+  timeout -k 5 "${SERVE_T:-600}" bash benchmarks/gpu_host/serve_smoke.sh > "$res/run.txt" 2>&1
 echo "served at ${SECONDS} s" >> "$res/times.txt"
 spy=$(command -v py-spy || echo /opt/vox-wheels/bin/py-spy)
 engine=$(grep -o "EngineCore pid=[0-9]*" "$res/serve.log" | head -1 | cut -d= -f2)

@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (torch only; no vLLM needed): the parts named in PARTS (default "tests,cp,codec", about 10 min;
 # "fig3" alone takes about 3 min): the GPU tests, the code-predictor frame (reference vs fused vs compiled), the
-# codec executable (uncompiled, with its convolutions listed; compiled with the wide dilated convs as matmuls, the
-# default to session 13; the default since session 16: every other k7 conv on the TMA conv kernel, a compile per chunk
-# length;
-# on the whole GPU and a 48-SM codec partition),
-# "snake" (one SnakeBeta pass with static and dynamic sizes: benchmarks/snake_pass.py), "tiles" (the conv kernel's
+# codec executable in its served conv forms (uncompiled, with its convolutions listed, and compiled; on the whole GPU
+# and a 48-SM codec partition),
+# "snake" (one SnakeBeta pass with static and dynamic sizes: benchmarks/snake_pass.py), "tiles" (the TMA conv kernel's
 # tiles: benchmarks/codec_conv_tiles.py),
 # "codec_old" (the same from an older tree, OLD_TREE), the Figure 3 measurements with the real-shaped backbone, and
 # "priority" (that backbone on the whole GPU at each stream priority beside the codec lane: benchmarks/backbone_priority.py).
@@ -27,10 +25,9 @@ if [[ $parts == *,cp,* ]]; then
     > "$res/code_predictor_step.txt" 2>&1
   echo "code predictor ended at ${SECONDS} s" >> "$res/times.txt"
 fi
-if [[ $parts == *,tiles,* ]]; then  # the conv kernel's tiles for the dilated convs (about 2 min); the codec part
-  # below then times `tdil`/`tconv` forms with them: put them in conv_kernels.TILES before serving those forms.
-  # TILES_ARGS: more flags (`--tma --served-tiles-only`: the TMA kernel's tiles beside the served ones)
-  timeout -k 5 "${TILES_T:-240}" python3 -m benchmarks.codec_conv_tiles --taps 7 --shapes "${TILES_SHAPES:-64x10,4x5}" ${TILES_ARGS:-} \
+if [[ $parts == *,tiles,* ]]; then  # the TMA conv kernel's tiles for the k7 convs (about 2 min); the codec part
+  # below then times the codec with them: put them in tma_conv.TILES before serving them.
+  timeout -k 5 "${TILES_T:-240}" python3 -m benchmarks.codec_conv_tiles --shapes "${TILES_SHAPES:-64x10,4x5}" \
     --out "$res/tiles.json" > "$res/tiles.txt" 2>&1
   echo "tiles ended at ${SECONDS} s" >> "$res/times.txt"
 fi
@@ -44,7 +41,7 @@ if [[ $parts == *,codec,* ]]; then  # each compiled shape class costs a compile 
   [ -z "${CODEC_KEEP_CODE:-}" ] || export TORCHINDUCTOR_CACHE_DIR=$res/inductor_cache
   tiles=(); [ -f "$res/tiles.json" ] && tiles=(--conv-tiles "$res/tiles.json")
   timeout -k 5 "${CODEC_T:-480}" python3 -m benchmarks.codec_step --profile-batch "${CODEC_PROFILE:-16}" ${tiles[@]+"${tiles[@]}"} \
-    --variants "${CODEC_VARIANTS:-graph,graph+compile+dgemm,graph+compile+dgemm+tk7+tma+static-frames}" \
+    --variants "${CODEC_VARIANTS:-graph,graph+compile}" \
     --batches "${CODEC_BATCHES:-1,4,16}" --frames "${CODEC_FRAMES:-5,10}" --codec-sms "${CODEC_SMS:-48}" --out "$res/codec_step.json" > "$res/codec_step.txt" 2>&1
   echo "codec ended at ${SECONDS} s" >> "$res/times.txt"
   if [ -n "${CODEC_KEEP_CODE:-}" ]; then

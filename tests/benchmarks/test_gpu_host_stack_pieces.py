@@ -1,5 +1,5 @@
-"""The GPU stack cut into piece folders (scripts/gpu_stack_pieces.sh) and put back together on the GPU machine
-(scripts/gpu_stack_stage.sh), with a stand-in for the bundle's install.sh that records what it was given."""
+"""The GPU stack cut into piece folders (benchmarks/gpu_host/stack_pieces.sh) and put back together on the GPU machine
+(benchmarks/gpu_host/stack_stage.sh), with a stand-in for the bundle's install.sh that records what it was given."""
 
 import os
 import subprocess
@@ -29,13 +29,13 @@ def make_stack(root: Path) -> dict[str, bytes]:
 
 
 def run(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "scripts" / script), *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_host" / script), *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
 
 
 def test_pieces_rebuild_the_stack_and_install_each_part_once_whole_in_order(tmp_path):
     files = make_stack(tmp_path / "stack")
-    cut = run("gpu_stack_pieces.sh", str(tmp_path / "stack"), str(tmp_path / "pieces"), env={"MAX_BYTES": "1000"})
+    cut = run("stack_pieces.sh", str(tmp_path / "stack"), str(tmp_path / "pieces"), env={"MAX_BYTES": "1000"})
     assert cut.returncode == 0, cut.stderr
     folders = sorted(p for p in (tmp_path / "pieces").iterdir())
     assert len(folders) >= 5
@@ -46,7 +46,7 @@ def test_pieces_rebuild_the_stack_and_install_each_part_once_whole_in_order(tmp_
     env = {"STAGE": str(tmp_path / "stage"), "INSTALL": str(tmp_path / "bin" / "install.sh")}
     installed_after = []
     for folder in folders:
-        staged = run("gpu_stack_stage.sh", str(folder), env=env)
+        staged = run("stack_stage.sh", str(folder), env=env)
         assert staged.returncode == 0, staged.stderr
         assert staged.stdout.strip() == f"export STACK={tmp_path / 'stage' / 'stack'}"
         log = tmp_path / "bin" / "installed.txt"
@@ -58,12 +58,12 @@ def test_pieces_rebuild_the_stack_and_install_each_part_once_whole_in_order(tmp_
 
 def test_a_damaged_piece_is_refused(tmp_path):
     make_stack(tmp_path / "stack")
-    assert run("gpu_stack_pieces.sh", str(tmp_path / "stack"), str(tmp_path / "pieces"),
+    assert run("stack_pieces.sh", str(tmp_path / "stack"), str(tmp_path / "pieces"),
                env={"MAX_BYTES": "100000"}).returncode == 0
     [folder] = (tmp_path / "pieces").iterdir()
     piece = folder / "part3" / "b-2.0-py3-none-any.whl.piece-00"
     piece.write_bytes(piece.read_bytes()[::-1])
     (tmp_path / "install.sh").write_text(FAKE_INSTALL)
-    staged = run("gpu_stack_stage.sh", str(folder),
+    staged = run("stack_stage.sh", str(folder),
                  env={"STAGE": str(tmp_path / "stage"), "INSTALL": str(tmp_path / "install.sh")})
     assert staged.returncode == 3 and "sha256" in staged.stderr

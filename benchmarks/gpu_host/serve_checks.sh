@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU host (stack installed, `source scripts/gpu_env.sh .gpu`), against one server at the defaults a user
+# On the GPU host (stack installed, `source benchmarks/gpu_host/env.sh .gpu`), against one server at the defaults a user
 # gets (no flags but the admin routes), the stages named in STAGES (default "serve checks"):
 #   serve   start it (kept running for later calls) and stream a few requests
 #   checks  codec mode switches, each answered 200 or refused with a 4xx/503, never 500, and a request streaming
@@ -14,7 +14,7 @@ for stage in ${STAGES:-serve checks}; do
   case $stage in
   serve)
     OUT=$work/serve KEEP_SERVER=1 SERVE_ARGS="--additional-config {\"voxserve\":{\"admin_routes\":true}}" \
-      PROBE_ARGS="--concurrency 1 16" bash scripts/gpu_serve_smoke.sh > "$work/smoke.txt" 2>&1 \
+      PROBE_ARGS="--concurrency 1 16" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke.txt" 2>&1 \
       || { tail -40 "$work/smoke.txt"; tail -60 "$work/serve/serve.log"; }
     cat "$work/serve/startup.txt"; grep -h "serving defaults" "$work/serve/serve.log" | cut -c1-400 ;;
   checks)
@@ -27,7 +27,7 @@ for stage in ${STAGES:-serve checks}; do
       echo "health:"; call "$url/health"
     } > "$work/mode_switch.txt" 2>&1
     cat "$work/mode_switch.txt"
-    python3 scripts/stream_probe.py --url "$url" --model qwen3-tts --out "$work/probe_after_switch.json" \
+    python3 benchmarks/gpu_host/stream_probe.py --url "$url" --model qwen3-tts --out "$work/probe_after_switch.json" \
       --concurrency 1 > "$work/probe_after_switch.txt" 2>&1; tail -3 "$work/probe_after_switch.txt"
     python3 -m benchmarks.seed_invariance --base-url "$url" --model qwen3-tts --probes "${SEED_PROBES:-12}" \
       --out "$work/seed_invariance.json" ;;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (vLLM from ../shared/gpu-stack; see README), about 3 minutes: serve as gpu_serve_smoke.sh does,
+# On the GPU machine (vLLM from ../shared/gpu-stack; see README), about 3 minutes: serve as serve_smoke.sh does,
 # with vLLM's torch profiler armed; drive RATE req/s of the LibriTTS workload for WINDOW_S seconds; profile
 # PROFILE_ITERS engine steps from the middle of the window; summarize each trace (benchmarks/trace_summary.py:
 # device time per kernel and per stream, busy share, idle gaps). Results: $OUT/profile.tgz (summaries, the sweep, the
@@ -14,7 +14,7 @@ cfg=${VOXSERVE_CONFIG:-'{"voxserve":{"codec_dtype":"bfloat16","first_chunk_frame
 prof='{"profiler":"torch","torch_profiler_dir":"'$res/traces'","torch_profiler_with_stack":false,"ignore_frontend":true,"warmup_iterations":2,"active_iterations":'${PROFILE_ITERS:-30}',"max_iterations":'$(( ${PROFILE_ITERS:-30} + 2 ))'}'
 OUT=$res KEEP_SERVER=1 PORT=$port PROBE_ARGS="--concurrency 1" \
   SERVE_ARGS="--additional-config $cfg --profiler-config $prof" \
-  timeout -k 5 "${SERVE_T:-900}" bash scripts/gpu_serve_smoke.sh > "$res/run.txt" 2>&1
+  timeout -k 5 "${SERVE_T:-900}" bash benchmarks/gpu_host/serve_smoke.sh > "$res/run.txt" 2>&1
 # the compiled codec's start-up alone took 4-5 minutes: never load (or profile) a server still starting
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 2; done
 window=${WINDOW_S:-30}

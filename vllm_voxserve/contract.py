@@ -1,0 +1,132 @@
+"""What crosses a process boundary between the API server (`entrypoints/`), the engine core (`scheduler/adapter.py`)
+and the worker (`worker/`). Each side imports these names from here, never from another side.
+
+    API server --SamplingParams.extra_args (JOB_KEY, PLAN_KEY)--> engine core --> worker
+    worker --StepReport on each step's output--> engine core (`compat.attach_step_report`)
+    engine core --stop_reason (rejection, failure)--> API server
+    API server --collective_rpc (MODE_RPC_METHOD, CANCEL_RPC_METHOD, STATS_RPC_METHOD)--> worker; replies are dicts
+    worker --audio channel (`transport`)--> API server
+
+Pure Python: no vLLM, no torch. All times are seconds on `time.monotonic()`, which is system-wide on Linux, so the
+worker's report and the scheduler read one clock (tests and the simulation pass a simulated one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- audio --------------------------------------------------------------------------------------------------------
+
+SAMPLE_RATE = 24000  # Hz: the codec's audio out, and reference clips in
+SAMPLES_PER_FRAME = 1920  # one codec frame
+FRAME_DURATION_S = SAMPLES_PER_FRAME / SAMPLE_RATE  # 80 ms (12.5 Hz)
+
+# --- a request: keys of vLLM's `SamplingParams.extra_args`, which vLLM carries to the engine and worker untouched ---
+
+JOB_KEY = "voxserve"  # the speech job (`models.qwen3_tts.job.SpeechJob.to_extra_args`)
+PLAN_KEY = "voxserve_plan"  # the endpoint's scheduling hints
+EXPECTED_FRAMES = "expected_frames"  # in PLAN_KEY: audio frames the text will probably take
+
+
+def plan_hints(expected_frames: int) -> dict[str, Any]:
+    return {PLAN_KEY: {EXPECTED_FRAMES: expected_frames}}
+
+
+def expected_frames_of(extra_args: dict[str, Any]) -> int | None:
+    return (extra_args.get(PLAN_KEY) or {}).get(EXPECTED_FRAMES)
+
+
+# --- the step report: worker -> engine core, after each engine step ---------------------------------------------
+
+COST_KINDS = ("decode", "prefill", "urgent_codec", "background_codec")
+
+
+@dataclass(slots=True)
+class CostSample:
+    """One measured execution: `size` is the decode batch, the prefill's prompt tokens, or the codec batch in chunks.
+    `decode_rows`: of a prefill, the running requests that decoded in the same step (its time includes theirs)."""
+
+    kind: str
+    size: int
+    seconds: float
+    decode_rows: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in COST_KINDS:
+            raise ValueError(f"kind must be one of {COST_KINDS}, got {self.kind!r}")
+        if self.size < 1 or self.seconds < 0 or self.decode_rows < 0:
+            raise ValueError(f"bad cost sample: size={self.size}, seconds={self.seconds}, "
+                             f"decode_rows={self.decode_rows}")
+
+
+@dataclass(slots=True)
+class RequestProgress:
+    """Where one admitted request stands (cumulative values, so a lost report is harmless)."""
+
+    request_id: str
+    frames_generated: int
+    generation_done: bool
+    chunks_delivered: int  # chunks whose audio has been handed to the transport
+    audio_delivered_s: float
+    first_audio_time: float | None = None
+    chunk_in_flight: bool = False  # a codec lane holds this request's next chunk
+
+
+@dataclass(slots=True)
+class LaneBacklog:
+    urgent_busy: bool = False
+    background_busy: bool = False
+    urgent_queued_chunks: int = 0
+    background_queued_chunks: int = 0
+
+
+@dataclass(slots=True)
+class StepReport:
+    now: float
+    progress: list[RequestProgress] = field(default_factory=list)
+    lanes: LaneBacklog = field(default_factory=LaneBacklog)
+    costs: list[CostSample] = field(default_factory=list)
+    # requests the worker failed (request id -> the error): they end at once, not after their max tokens
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+# --- how a request ended early: engine core -> API server, in the finished output's `stop_reason` ---------------
+
+REJECTION_PREFIX = "voxserve-overload:"  # the scheduler rejected it before it started: HTTP 503 + Retry-After
+FAILURE_PREFIX = "voxserve-failed:"  # the worker failed it: the error follows
+
+
+def encode_rejection(retry_after_s: float, reason: str) -> str:
+    return f"{REJECTION_PREFIX}{retry_after_s:.3f}:{reason}"
+
+
+def decode_rejection(stop_reason: Any) -> tuple[float, str] | None:
+    """(retry_after_s, reason) if `stop_reason` says the scheduler rejected the request, else None."""
+    if not isinstance(stop_reason, str) or not stop_reason.startswith(REJECTION_PREFIX):
+        return None
+    retry, _, reason = stop_reason[len(REJECTION_PREFIX):].partition(":")
+    return float(retry), reason
+
+
+def encode_failure(error: str) -> str:
+    return f"{FAILURE_PREFIX}{error}"
+
+
+def decode_failure(stop_reason: Any) -> str | None:
+    """The worker's error if `stop_reason` carries one, else None."""
+    if isinstance(stop_reason, str) and stop_reason.startswith(FAILURE_PREFIX):
+        return stop_reason[len(FAILURE_PREFIX):]
+    return None
+
+
+# --- RPC: API server -> workers, through vLLM's `collective_rpc` (methods of our worker classes) ------------------
+
+# `GET /voxserve/modes`, `POST /voxserve/mode`: args (mode or None,); reply {"status": 200, "modes": [...],
+# "current": NAME} or {"status": 400 | 409 | 500 | 503, "error": TEXT, ...} (503: no device memory for the new mode,
+# the old one still serves). The engine core sees this call first (`compat.route_mode_rpc_through_scheduler`).
+MODE_RPC_METHOD = "voxserve_codec_mode"
+# streams whose listeners left: args (stream keys,); reply {"status": 200, "cancelled": N}
+CANCEL_RPC_METHOD = "voxserve_cancel_audio"
+# the engine's speech counters for /metrics: no args; reply {"status": 200, "stats": EngineSpeechStats.snapshot()}
+STATS_RPC_METHOD = "voxserve_stats"
