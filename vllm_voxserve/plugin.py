@@ -25,26 +25,13 @@ def register() -> None:
     _registered = True
     from vllm_voxserve import compat
 
-    _log_through_vllm()
+    compat.check_hooks([compat.REGISTRATION])  # before anything below touches them
+    compat.log_through_vllm()
     compat.add_plugin_cli_flag()
     if compat.plugin_requested_on_command_line() and "VLLM_PLUGINS" not in os.environ:
         compat.allow_endpoint_plugin()
     _register_configs()
     _register_models()
-
-
-def _log_through_vllm() -> None:
-    """Our modules log under `vllm_voxserve`, which vLLM's logging set-up does not cover (it configures the `vllm`
-    logger only): without this, INFO lines such as the granted SM counts or the step host times go nowhere."""
-    import vllm.logger  # noqa: F401  (configures vLLM's logger on import)
-
-    ours, theirs = logging.getLogger("vllm_voxserve"), logging.getLogger("vllm")
-    if ours.handlers or not theirs.handlers:
-        return
-    for handler in theirs.handlers:
-        ours.addHandler(handler)
-    ours.setLevel(theirs.level)
-    ours.propagate = False
 
 
 def _register_configs() -> None:

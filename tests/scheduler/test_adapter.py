@@ -30,7 +30,14 @@ from vllm_voxserve.step_host_times import StepHostTimes  # noqa: E402
 STEP_S = 0.015  # every fake step takes this long, and the cost model says so
 PREFILL_S = 0.08  # a prefill costs more than a running stream's slack (≈ 33 ms below)
 BLOCKS = 2000
-NO_GRAMMARS = types.SimpleNamespace(should_advance=lambda request: False)  # speech requests use no grammars
+# Speech requests use no grammars (older vLLMs ask should_advance, newer ones accept_tokens).
+NO_GRAMMARS = types.SimpleNamespace(should_advance=lambda request: False, accept_tokens=lambda request, ids: True)
+
+
+@pytest.fixture(autouse=True)
+def v1_runner_rules(monkeypatch):
+    """The scheduler's rules for the V1 model runner (what runs on CPU), wherever these tests run."""
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
 
 
 class FakeClock:
@@ -51,9 +58,12 @@ def build(policy: dict | None = None, async_scheduling: bool = False, max_num_se
                              # the step tables below assume the paper's 10-frame first chunk
                              additional_config={"voxserve": {"first_chunk_frames": 10, "scheduler": policy,
                                                                 **voxserve}})
-    # The scheduler reads a handful of model facts; "pooling" keeps vLLM from picking Model Runner V2 rules.
+    # The facts of a text-only generating model that the scheduler reads, on every vLLM of the tested range (newer
+    # ones read more of them).
     model = types.SimpleNamespace(is_encoder_decoder=False, max_model_len=4096, is_diffusion=False,
-                                  enable_return_routed_experts=False, runner_type="pooling")
+                                  enable_return_routed_experts=False, runner_type="generate", uses_mrope=False,
+                                  multimodal_config=None, supports_multimodal_inputs=False,
+                                  return_sampling_mask=False)
     object.__setattr__(vllm_config, "model_config", model)
     scheduler_config.async_scheduling = async_scheduling  # vLLM's CPU platform turned it off; GPUs keep it on
     cache_config.num_gpu_blocks = BLOCKS

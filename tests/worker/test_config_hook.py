@@ -103,11 +103,13 @@ def test_steps_with_prefills_get_whole_graphs_on_gpu_unless_the_user_chose(monke
     from vllm.platforms import current_platform
 
     monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: on_cpu)
-    config = _vllm_config(64)
+    # vLLM's own streams: a GPU setting that needs no capture-stream hooks, which only some vLLMs have
+    lanes = {"lanes": {"backbone_priority": "least"}}
+    config = _vllm_config(64, lanes)
     VoxServeConfigHook.verify_and_update_config(config)
     assert config.compilation_config.cudagraph_mode == (None if on_cpu else CUDAGraphMode.FULL)
     assert config.compilation_config.max_cudagraph_capture_size == (None if on_cpu else 512)
-    chosen = _vllm_config(64, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
+    chosen = _vllm_config(64, lanes, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
     VoxServeConfigHook.verify_and_update_config(chosen)
     assert chosen.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
     assert chosen.compilation_config.max_cudagraph_capture_size is None
@@ -152,3 +154,15 @@ def test_a_removed_key_is_refused_at_start_naming_it(voxserve, key):
     """Start-up (vLLM's config check) fails at once, before anything is built, with one error naming the key."""
     with pytest.raises(ValueError, match=f"unknown .*'{key}'"):
         VoxServeConfigHook.verify_and_update_config(_vllm_config(64, voxserve=voxserve))
+
+
+def test_a_vllm_whose_hooks_differ_stops_before_any_engine_process_starts(monkeypatch):
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from vllm_voxserve import compat
+
+    monkeypatch.setattr(Scheduler, "update_from_output", lambda self, scheduler_output: None)
+    config = _vllm_config(None)
+    with pytest.raises(compat.UnsupportedVllm, match="Scheduler.update_from_output: takes \\(scheduler_output\\)"):
+        VoxServeConfigHook.verify_and_update_config(config)
+    assert config.parallel_config.worker_cls == "auto"  # nothing was chosen
