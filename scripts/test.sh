@@ -15,6 +15,12 @@ RANGE_TESTS=(tests/test_plugin.py tests/test_compat.py tests/scheduler/test_adap
              tests/entrypoints/test_disconnects_server.py)
 eval "$(bash scripts/register_without_pip.sh "$PWD/.cache/entry-points")"  # this checkout, with its vLLM entry points
 bash scripts/install_parity.sh > /dev/null  # the official qwen-tts 0.1.1 environment for the parity tests
+# FAAD2 decodes the AAC responses in the tests, independently of the server's encoder (that test skips without it)
+install_faad() {
+  [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null || return 1
+  apt-get install -y -qq faad > /dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq faad; } > /dev/null 2>&1
+}
+command -v faad > /dev/null || install_faad || echo "test.sh: FAAD2 (faad) not installed; the AAC decode test skips" >&2
 export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind} OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 run_on() {  # run_on oldest|newest PYTEST_ARGS...

@@ -1,10 +1,11 @@
 """The speech API as users call it, against one real CPU server: every response format whole and streamed, read back
-by libsndfile (ADTS headers for AAC); the mp3 default; `speed` for whole files; SSE read by the OpenAI SDK; the speech metrics on /metrics."""
+by libsndfile (FAAD2 for AAC); the mp3 default; `speed` for whole files; SSE read by the OpenAI SDK; the speech metrics on /metrics."""
 
 from __future__ import annotations
 
 import base64
 import json
+import shutil
 import time
 
 import numpy as np
@@ -57,6 +58,16 @@ def test_every_format_whole_and_streamed_decodes_to_the_requested_length(server)
             _, rate, samples = decode(fmt, b"".join(chunks))
             assert rate == 24000, (fmt, stream)
             assert abs(samples - (TOKENS - 1) * FRAME) < FRAME, (fmt, stream, samples)
+
+
+@pytest.mark.skipif(shutil.which("faad") is None, reason="needs FAAD2 (faad), which scripts/test.sh installs")
+def test_aac_whole_and_streamed_decodes_with_faad_to_sound(server):
+    for stream in (False, True):
+        response = speech(server, lazy=stream, response_format="aac", stream=stream)
+        assert response.status_code == 200, response.text
+        audio, rate, samples = decode("aac", b"".join(response.iter_content(None)))
+        assert audio is not None and np.abs(audio).max() > 0, stream
+        assert rate == 24000 and abs(samples - (TOKENS - 1) * FRAME) < FRAME, (stream, samples)
 
 
 def test_streamed_mp3_and_opus_start_playing_from_the_first_chunk(server):
