@@ -8,8 +8,8 @@
 gpu_dir=${1:-.gpu}
 eval "$(bash "$gpu_dir/install.sh" "$gpu_dir/stack")"
 if [ -d "$gpu_dir/wheels" ] && [ ! -e /opt/vox-wheels/.done ]; then
-  python3 -m pip install -q --no-index --no-deps --target /opt/vox-wheels "$gpu_dir"/wheels/*.whl && touch
-  /opt/vox-wheels/.done
+  python3 -m pip install -q --no-index --no-deps --target /opt/vox-wheels "$gpu_dir"/wheels/*.whl \
+    && touch /opt/vox-wheels/.done
 fi
 export PYTHONPATH=$PYTHONPATH:/opt/vox-wheels
 export TOKENIZER_DIR=${TOKENIZER_DIR:-$gpu_dir/tokenizer}

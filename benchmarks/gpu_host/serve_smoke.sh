@@ -24,8 +24,7 @@ if curl -sf "http://127.0.0.1:$port/health" > /dev/null; then
   echo "reusing the server already on port $port (KEEP_SERVER=1 left it running)" | tee "$out/reused.txt"
 else
   # setsid: with KEEP_SERVER=1 the server outlives this script (a later run on the same host reuses it)
-  setsid python3 -m vllm.entrypoints.cli.main serve "$ckpt" "${plugin[@]}" --port "$port" --served-model-name
-  qwen3-tts \
+  setsid python3 -m vllm.entrypoints.cli.main serve "$ckpt" "${plugin[@]}" --port "$port" --served-model-name qwen3-tts \
     --max-model-len 4096 ${MAX_NUM_SEQS:+--max-num-seqs $MAX_NUM_SEQS} --gpu-memory-utilization 0.85 ${SERVE_ARGS:-} \
     > "$out/serve.log" 2>&1 &  # no --max-num-seqs unless MAX_NUM_SEQS: the plugin derives it from the GPU
   pid=$!; echo $pid > "$out/server.pid"  # setsid: its process group id too
@@ -37,8 +36,8 @@ until curl -sf "http://127.0.0.1:$port/health" > /dev/null; do
 done
 echo "healthy after $(( $(date +%s) - started )) s" | tee "$out/startup.txt"
 if [ -n "${PROBE_FIRST:-}" ]; then  # a few streamed requests first (quick look at first-audio times)
-  python3 benchmarks/gpu_host/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json"
-  ${PROBE_ARGS:-}
+  python3 benchmarks/gpu_host/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" \
+    ${PROBE_ARGS:-}
 fi
 if [ -n "${ABLATION_ARGS:-}" ]; then  # the codec modes side by side, switched live (POST /voxserve/mode)
   python3 -m benchmarks ablation --base-url "http://127.0.0.1:$port" --model qwen3-tts --fixed-length \
@@ -47,6 +46,6 @@ elif [ -n "${SEARCH_ARGS:-}" ]; then  # SLO capacity search with the benchmark s
   python3 -m benchmarks search --base-url "http://127.0.0.1:$port" --model qwen3-tts --fixed-length \
     --no-progress --out "$out/search" $SEARCH_ARGS
 else
-  python3 benchmarks/gpu_host/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json"
-  ${PROBE_ARGS:-}
+  python3 benchmarks/gpu_host/stream_probe.py --url "http://127.0.0.1:$port" --model qwen3-tts --out "$out/probe.json" \
+    ${PROBE_ARGS:-}
 fi
