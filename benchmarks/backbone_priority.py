@@ -4,8 +4,7 @@ captured at a stream priority, beside the codec's background batches on the code
 A graph runs at the priority of the stream it was captured on (notes/green-contexts.md), and a stream's priority only
 orders which pending thread blocks an SM takes next: a higher-priority backbone takes the codec partition's SMs as the
 codec's blocks finish, and the codec runs in what the backbone leaves. Served at 112 req/s (run 2026-12-02_f0a91d7),
-decode steps
-took about 1.5x their codec-inline time beside a busy codec lane, at equal priorities.
+decode steps took about 1.5x their codec-inline time beside a busy codec lane, at equal priorities.
 
 For each codec partition size and backbone priority: both graphs replayed back to back on their streams at once; the
 per-replay times inside the span where both run give each side's rate under contention (frames per second), and

@@ -24,8 +24,7 @@ RECORD_VERSION = 1
 def git_commit(repo_dir: str | Path | None = None) -> str | None:
     """HEAD's commit, with "+dirty" when the work tree has uncommitted changes; None outside git. VOXSERVE_COMMIT, where
     set, wins: the GPU machine's copy of the tree can carry a stale .git (a run 2026-11-30_cf01941 run at b1f2127
-    recorded
-    cf01941), so its commands name the commit they were sent from."""
+    recorded cf01941), so its commands name the commit they were sent from."""
     if os.environ.get("VOXSERVE_COMMIT"):
         return os.environ["VOXSERVE_COMMIT"]
     cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parent.parent

@@ -176,8 +176,7 @@ class VoxServeConfig:
     # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental
     # decode is checked). torch 2.11's CPU bf16 conv1d is 42 % off for a 1x1 conv over exactly 5 frames; the codec's
     # one such conv (the quantizer's projection) runs as a matmul since run 2026-11-30_cf01941, and bf16 on CPU stays
-    # within its
-    # rounding (tests/codec_lanes/test_qwen3_codec_program.py).
+    # within its rounding (tests/codec_lanes/test_qwen3_codec_program.py).
     codec_dtype: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
     # The served code predictor on GPU: torch.compile its frame, and replay it from CUDA graphs per batch bucket
     # in the steps vLLM does not capture whole (both ignored on CPU).

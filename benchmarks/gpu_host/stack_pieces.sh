@@ -4,8 +4,7 @@
 # host that limits one transfer carries one piece folder beside the working tree instead of a 60 MiB part. Files
 # larger than MAX_MB are split; every folder holds a copy of the manifest
 # (original path, piece count, sha256). On the GPU machine `benchmarks/gpu_host/stack_stage.sh DEST/NN` collects the
-# pieces
-# and installs each part once it is complete.
+# pieces and installs each part once it is complete.
 #   bash benchmarks/gpu_host/stack_pieces.sh .gpu/stack .gpu/pieces [MAX_MB]
 set -euo pipefail
 src=${1:?usage: stack_pieces.sh SRC DEST [MAX_MB]} dest=${2:?usage: stack_pieces.sh SRC DEST [MAX_MB]}

@@ -38,8 +38,7 @@ def test_lowest_rate_already_misses():
 
 def test_a_start_just_past_capacity_settles_one_grid_step_below():
     """Run 2026-12-02_f0a91d7's searches, 200 s each: `lanes` from 104 probed 48 and 80 after missing at 104, stock
-    from 40 went to
-    16. Stepping down from a start that misses settles a capacity just below it in one more probe."""
+    from 40 went to 16. Stepping down from a start that misses settles a capacity just below it in one more probe."""
     evaluate, probes = monotone(96)
     assert search(evaluate, start=104, resolution=8) == 96
     assert probes == [104, 96]
@@ -88,8 +87,7 @@ def test_ablation_chain_start_uses_previous_capacity():
 def test_ablation_chain_start_after_an_unsettled_search_uses_the_highest_rate_it_met():
     """A previous mode whose budget ran out before its capacity settled: start at its best passing rate, not at the
     lowest rate (run 2026-12-01_2a42666 lost its `lanes` budget climbing 8, 16, 32 after `vllm-stock` met 40
-    unsettled)."""
-    from benchmarks.ablation import AblationConfig, _search_for
+    unsettled).""" from benchmarks.ablation import AblationConfig, _search_for
     from benchmarks.capacity_search import SearchResult
     from benchmarks.metrics import RateSummary
 

@@ -4,8 +4,7 @@ A lane holds at most `depth` batches in flight, each in its own set of executabl
 staging, graphs): the urgent lane one, so a first chunk never queues behind another batch; the background lane two,
 so that while one batch runs the next is already queued on the stream and the codec partition does not idle until
 the next engine step's pump feeds it (run 2026-12-01_21d5739 on the H200: 80 % busy with hundreds of chunks waiting).
-The
-scheduler still sends a request's next chunk only after its previous one finished. Completion is read with a CUDA
+The scheduler still sends a request's next chunk only after its previous one finished. Completion is read with a CUDA
 event (`query()`, never a blocking sync), so polling does not stall the LM lane; batches are harvested in launch order.
 """
 

@@ -73,15 +73,13 @@ def h200_seed() -> CostSeed:
       line leaves out: the backbone is taken as always beside a busy codec lane, its state near capacity.
     - Background codec, 64 SMs beside the backbone: 64 chunks of 10 frames in 45.6 ms under full contention (run 1;
       28 ms alone); 4 chunks assumed 6 ms (2.1 ms on the whole GPU, run 2026-12-02_f0a91d7, scaled by the partition
-      and the
-      contention). The lane then tops out near 14,000 frames/s, as run 1 measured (14,043).
+      and the contention). The lane then tops out near 14,000 frames/s, as run 1 measured (14,043).
     - Urgent codec, whole GPU at the greatest priority: 1.7 ms for 1 chunk, 4 ms for 8 (run 2026-12-02_f0a91d7's 2.1
     ms for 4
       chunks on the whole GPU lies on that line).
     - Prefill: what packed prompts add to the step their running requests decode in (CostModel.observe counts it
       so): 1.5 ms + 10 us per prompt token, assumed from run 2026-12-02_f0a91d7's step log, where steps with prompts
-      took
-      14-16 ms against about 13-14 for decode steps of the same batch.
+      took 14-16 ms against about 13-14 for decode steps of the same batch.
     """
     return CostSeed(
         decode=LinearCost.through(167, 12.25e-3, 192, 12.7e-3),
@@ -122,8 +120,7 @@ class CostModel:
         if sample.kind == "prefill" and sample.decode_rows:
             # what the prefill adds to the step its running requests decode in. Counted whole, a prefill "took" the
             # step's 14-16 ms on the H200, as long as a decode step of about the same batch (run 2026-12-02_f0a91d7
-            # step log),
-            # and the deadline-aware rule deferred prefills against slack they barely touch
+            # step log), and the deadline-aware rule deferred prefills against slack they barely touch
             seconds = max(seconds - self.decode_step_s(sample.decode_rows), 0.0)
         predicted = self._seed_line(sample.kind)(sample.size)
         ratio = seconds / predicted if predicted > 0 else 1.0

@@ -56,8 +56,7 @@ class SchedulerPolicyConfig:
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
     # The cost model's seed, whose shape measured costs scale (costs.py): "paper_h100" (the paper's H100), "h200"
     # (run 2026-12-02_78cd88a's H200; the config hook picks it on large GPUs, serving_defaults.py). The codec lane's
-    # capacity is
-    # extrapolated along it to full batches before they are measured.
+    # capacity is extrapolated along it to full batches before they are measured.
     cost_seed: str = "paper_h100"  # cost model seed: "paper_h100" or "h200" (derived from the GPU)
     # background codec lane SMs (the cost seed's codec line scales with them); urgent and prefill work use the whole GPU
     codec_sms: int = 32

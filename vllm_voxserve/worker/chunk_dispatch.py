@@ -82,8 +82,7 @@ class LaneDispatch:
         # host seconds of the pumps since the step log last read them, by part: harvest (finished batches to host
         # tensors), deliver (their audio sent, ENDs), plan, launch, and drain (a blocking pump's harvest, waits
         # included). Run 2026-12-01_530eabc on the H200: the harvest with delivery was the pump's tail (p99 7-13 ms a
-        # step against
-        # 15-165 us at the median, 40-48 req/s); delivery is now apart, to say which it is.
+        # step against 15-165 us at the median, 40-48 req/s); delivery is now apart, to say which it is.
         self.pump_seconds = dict.fromkeys(("harvest", "deliver", "plan", "launch", "drain"), 0.0)
 
     # request lifecycle -------------------------------------------------------------------------------------------
