@@ -70,6 +70,9 @@ def _add_sweep_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--start-rate", type=float, default=2.0)
     g.add_argument("--rate-step", type=float, default=2.0)
     g.add_argument("--max-rate", type=float, default=200.0)
+    g.add_argument("--beyond-failure", type=int, default=None,
+                   help="stop this many rates after the first whose attainment is below --failure-threshold")
+    g.add_argument("--failure-threshold", type=float, default=0.99)
 
 
 def _add_search_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -123,7 +126,8 @@ def _load_config(args, default_window_s: float) -> LoadConfig:
 
 def _sweep_config(args, load: LoadConfig) -> SweepConfig:
     return SweepConfig(load=load, rates=args.rates, start_rate=args.start_rate, rate_step=args.rate_step,
-                       max_rate=args.max_rate)
+                       max_rate=args.max_rate, beyond_failure=args.beyond_failure,
+                       failure_threshold=args.failure_threshold)
 
 
 def _search_config(args, load: LoadConfig) -> SearchConfig:

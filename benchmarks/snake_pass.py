@@ -4,11 +4,10 @@
     python -m benchmarks.snake_pass --batch 64 --frames 10
 
 Runs 2026-12-01_dde307c and 2026-12-02_05bb732 H200 profiles of the compiled codec (64 chunks of 10 frames) show each
-SnakeBeta + history
-concat pass at this size taking 1.2 ms, about 0.4 TB/s; alone with static sizes it took 0.36 ms. The forms: the pass
-as the codec runs it (history from the packed state block, new history written back), with the batch dynamic, with
-the batch and the length dynamic (as the compiled codec's sizes), with a contiguous history, without the concat,
-SnakeBeta alone on a channels-last tensor, and a copy.
+SnakeBeta + history concat pass at this size taking 1.2 ms, about 0.4 TB/s; alone with static sizes it took 0.36 ms.
+The forms: the pass as the codec runs it (history from the packed state block, new history written back), with the
+batch dynamic, with the batch and the length dynamic (as the compiled codec's sizes), with a contiguous history,
+without the concat, SnakeBeta alone on a channels-last tensor, and a copy.
 """
 
 from __future__ import annotations

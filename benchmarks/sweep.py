@@ -68,8 +68,16 @@ class SweepConfig:
     start_rate: float = 2.0
     rate_step: float = 2.0
     max_rate: float = 200.0
+    # the measurement protocol's end: after the first rate whose attainment is below `failure_threshold`, this many
+    # more rates, then stop (None: run every rate)
+    beyond_failure: int | None = None
+    failure_threshold: float = 0.99
 
     def __post_init__(self) -> None:
+        if self.beyond_failure is not None and self.beyond_failure < 0:
+            raise ValueError(f"beyond_failure must be >= 0, got {self.beyond_failure}")
+        if not 0 < self.failure_threshold <= 1:
+            raise ValueError(f"failure_threshold must be in (0, 1], got {self.failure_threshold}")
         if any(r <= 0 for r in self.rates) or list(self.rates) != sorted(set(self.rates)):
             raise ValueError(f"rates must be positive and strictly increasing, got {self.rates}")
         if self.start_rate <= 0 or self.rate_step <= 0 or self.max_rate < self.start_rate:
@@ -293,7 +301,8 @@ async def sweep_async(config: SweepConfig, warm_up: bool = True,
         generator = LoadGenerator(config.load, session)
         if warm_up:
             await generator.warm_up()
-        for rate in config.rate_list():
+        first_failure: int | None = None  # index of the first rate below the threshold
+        for index, rate in enumerate(config.rate_list()):
             if not generator.fits_budget():
                 result.stop_reason = f"time budget of {config.load.time_budget_s:g} s reached before {rate:g} req/s"
                 break
@@ -306,6 +315,13 @@ async def sweep_async(config: SweepConfig, warm_up: bool = True,
             if summary.audio_within_1s < config.load.stop_fraction:
                 result.stop_reason = (f"stopped after {rate:g} req/s: {summary.audio_within_1s:.0%} of requests got "
                                       f"audio within {AUDIO_WITHIN_S:g} s")
+                break
+            if first_failure is None and summary.attainment < config.failure_threshold:
+                first_failure = index
+            if config.beyond_failure is not None and first_failure is not None \
+                    and index - first_failure >= config.beyond_failure:
+                result.stop_reason = (f"stopped {config.beyond_failure} rate(s) after the first below "
+                                      f"{config.failure_threshold:.0%} ({config.rate_list()[first_failure]:g} req/s)")
                 break
         else:
             result.stop_reason = "all rates run"

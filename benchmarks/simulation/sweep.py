@@ -33,9 +33,8 @@ MODES = {
 PAPER_POLICY = SchedulerPolicyConfig(max_decode_batch=64, background_max_batch=32)
 
 # The H200 as served in run 2026-12-02_78cd88a (costs.h200_seed states its sources): 384 decode rows, 64-chunk
-# background
-# batches on 64 codec SMs, 5-frame first chunks; 0.5 ms of host time a step (the served step log's median host gap
-# before a backbone step was 0.21-0.42 ms at 120 req/s).
+# background batches on 64 codec SMs, 5-frame first chunks; 0.5 ms of host time a step (the served step log's median
+# host gap before a backbone step was 0.21-0.42 ms at 120 req/s).
 H200_POLICY = SchedulerPolicyConfig(max_decode_batch=384, background_max_batch=64, first_chunk_frames=5, codec_sms=64)
 H200_GPU = GpuModel(seed=h200_seed(), host_overhead_s=0.5e-3, urgent_codec_interference=1.0)
 GPUS = {"paper_h100": (PAPER_POLICY, GpuModel()), "h200": (H200_POLICY, H200_GPU)}

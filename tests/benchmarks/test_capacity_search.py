@@ -87,7 +87,8 @@ def test_ablation_chain_start_uses_previous_capacity():
 def test_ablation_chain_start_after_an_unsettled_search_uses_the_highest_rate_it_met():
     """A previous mode whose budget ran out before its capacity settled: start at its best passing rate, not at the
     lowest rate (run 2026-12-01_2a42666 lost its `lanes` budget climbing 8, 16, 32 after `vllm-stock` met 40
-    unsettled).""" from benchmarks.ablation import AblationConfig, _search_for
+    unsettled)."""
+    from benchmarks.ablation import AblationConfig, _search_for
     from benchmarks.capacity_search import SearchResult
     from benchmarks.metrics import RateSummary
 

@@ -94,6 +94,17 @@ def test_sweep_stops_after_an_overloaded_rate(tmp_path, workload, capsys):
     assert len(run["requests"]) == len(poisson_arrivals(3, 2, 0)) and run["max_send_lag_s"] < 0.25
 
 
+def test_sweep_runs_two_rates_past_the_first_failure_then_stops(tmp_path, workload, capsys):
+    out = tmp_path / "protocol"
+    with FakeSpeechServer(FakeBehavior(modes={"fast": 0.5})) as server:  # first audio after 500 ms: every rate fails
+        run_cli(capsys, "sweep", "--base-url", server.base_url, "--workload", workload, "--rates", "2,4,6,8,10",
+                "--window-s", "1", "--warmup", "0", "--stop-fraction", "0", "--beyond-failure", "2",
+                "--out", str(out))
+    record = check_outputs(out)
+    assert [s["rate"] for s in record["summaries"]] == [2, 4, 6]
+    assert record["stop_reason"] == "stopped 2 rate(s) after the first below 99% (2 req/s)"
+
+
 def test_time_budget_stops_the_sweep_and_partial_records_are_saved(tmp_path, workload):
     seen = []
     with FakeSpeechServer() as server:

@@ -74,9 +74,8 @@ def h200_seed() -> CostSeed:
     - Background codec, 64 SMs beside the backbone: 64 chunks of 10 frames in 45.6 ms under full contention (run 1;
       28 ms alone); 4 chunks assumed 6 ms (2.1 ms on the whole GPU, run 2026-12-02_f0a91d7, scaled by the partition
       and the contention). The lane then tops out near 14,000 frames/s, as run 1 measured (14,043).
-    - Urgent codec, whole GPU at the greatest priority: 1.7 ms for 1 chunk, 4 ms for 8 (run 2026-12-02_f0a91d7's 2.1
-    ms for 4
-      chunks on the whole GPU lies on that line).
+    - Urgent codec, whole GPU at the greatest priority: 1.7 ms for 1 chunk, 4 ms for 8 (run 2026-12-02_f0a91d7's
+      2.1 ms for 4 chunks on the whole GPU lies on that line).
     - Prefill: what packed prompts add to the step their running requests decode in (CostModel.observe counts it
       so): 1.5 ms + 10 us per prompt token, assumed from run 2026-12-02_f0a91d7's step log, where steps with prompts
       took 14-16 ms against about 13-14 for decode steps of the same batch.
