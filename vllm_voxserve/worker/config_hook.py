@@ -53,8 +53,8 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
             # One whole-step graph for steps that mix prefills with decodes too (the user's -cc.cudagraph_mode wins).
             # Under load most steps carry an arriving prompt, and vLLM's default runs those piecewise: the forward's
             # Python per layer took a quarter of the engine's thread at 60 req/s on the H200 (run 2026-12-01_a7fe391,
-            # py-spy), the thread that bounds the step rate. FlashAttention 3 runs mixed batches in full graphs; where the
-            # attention backend cannot, vLLM lowers the mode itself.
+            # py-spy), the thread that bounds the step rate. FlashAttention 3 runs mixed batches in full graphs;
+            # where the attention backend cannot, vLLM lowers the mode itself.
             from vllm.config import CUDAGraphMode
 
             compilation.cudagraph_mode = CUDAGraphMode.FULL
