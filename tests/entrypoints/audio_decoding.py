@@ -11,6 +11,7 @@ import tempfile
 
 import numpy as np
 import soundfile
+import soxr
 
 ADTS_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
 AAC_FRAME_SAMPLES = 1024
@@ -41,8 +42,9 @@ def decode(fmt: str, data: bytes, pcm_rate: int = 24000) -> tuple[np.ndarray | N
         if shutil.which("faad") is None:
             return None, rate, frames * AAC_FRAME_SAMPLES
         audio, faad_rate = faad_decode(data)
-        # FAAD2 assumes implicit SBR in low-rate AAC and plays it at twice the rate: compare durations
-        return audio, rate, round(len(audio) * rate / faad_rate)
+        if faad_rate != rate:  # FAAD2 assumes implicit SBR in low-rate AAC and plays it at twice the rate
+            audio = soxr.resample(audio, faad_rate, rate).astype(np.float32)
+        return audio, rate, len(audio)
     with soundfile.SoundFile(io.BytesIO(data)) as f:
         rate = f.samplerate
         # read block by block: a streamed FLAC or WAV says its length is unknown (the largest value or 0)
