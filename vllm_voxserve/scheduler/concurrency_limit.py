@@ -8,8 +8,9 @@ is the feedback that bounds that error, measured on what users get:
 - each `window_s`, look at the requests whose first audio came in the window and at the streams whose playback ran
   dry (a chunk due and not delivered);
 - a miss window (more than `late_share` of those first audios later than T, or more than `dry_share` of the streams
-  dry; deadline-aware admission spends the slack below T on purpose, so first audio near T is no sign of overload) lowers the limit to `decrease` of the requests in progress then. Only requests that arrived after
-  the last cut count, so the misses of what was admitted before it do not cut again;
+  dry; deadline-aware admission spends the slack below T on purpose, so first audio near T is no sign of overload)
+  lowers the limit to `decrease` of the requests in progress then. Only requests that arrived after the last cut
+  count, so the misses of what was admitted before it do not cut again;
 - a clean window in which the limit bound (requests in progress within one of it) raises it by `increase`.
 
 Before the first miss window there is no limit. Arrivals past it are refused at once. Pure: the clock is the
@@ -42,7 +43,7 @@ class ConcurrencyLimit:
     settings: LimitSettings
     schedule: ChunkSchedule
     limit: float = math.inf
-    misses: int = 0  # miss windows so far (for the step log)
+    misses: int = 0  # miss windows so far
     _window_start: float | None = None
     _cut_at: float = -math.inf
     _first_audio_s: list[float] = field(default_factory=list)
