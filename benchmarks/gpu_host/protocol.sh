@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# On the GPU host (stack installed, `source benchmarks/gpu_host/env.sh .gpu`): the capacity measurement protocol for
+# one server start. Each stage returns well inside a limited command time; the server and the sweep outlive the
+# script, so a later command on the same host picks them up.
+#   MODE     voxserve (default: the defaults a user gets) or vllm-stock (vLLM's own scheduler, switched to right
+#            after the start, before any load)
+#   LABEL    names this start's files (default MODE)
+#   STAGES   default "serve sweep wait":
+#     serve    start a server with no flag but the admin routes (the mode switch needs them), wait until healthy
+#     sweep    start the open-loop sweep in the background: LibriTTS at 5.2 frames a word, seeds 0,1,2 of WINDOW_S
+#              (30) seconds per rate, rates from START_RATE in steps of RATE_STEP (8) req/s until BEYOND (2) rates
+#              past the first whose attainment is below FAILURE (0.99); SWEEP_ARGS adds options (--max-words 12)
+#     overload start a sweep at the explicit RATES (one seed) in the background: goodput past capacity
+#     wait     wait for the background sweep until CALL_S (560) seconds after this script started, then copy its
+#              record, its log and the step log
+#     stop     stop the server
+# Results under $OUT: record_LABEL.json.xz (every request and chunk), sweep_LABEL.txt, step_log_LABEL.txt.
+set -uo pipefail
+out=${OUT:?set OUT}; port=${PORT:-8000}; url=http://127.0.0.1:$port; work=${WORK:-/tmp/protocol}
+mode=${MODE:-voxserve}; label=${LABEL:-$mode}
+mkdir -p "$work"; started=$(date +%s)
+
+start_sweep() {  # name, arguments: the sweep under setsid, so that it survives the command that started it
+  rm -rf "$work/$1"
+  setsid python3 -m benchmarks sweep --base-url "$url" --model qwen3-tts --fixed-length --no-progress \
+    --stop-fraction 0 --out "$work/$1" "${@:2}" > "$work/$1.txt" 2>&1 &
+  echo $! > "$work/$1.pid"
+}
+
+wait_sweep() {  # name: until it ends or WAIT_S passes; then what it has so far
+  local pid; pid=$(cat "$work/$1.pid")
+  local deadline=$(( started + ${CALL_S:-560} ))
+  while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+  kill -0 "$pid" 2>/dev/null && echo "$1: still running" || echo "$1: ended"
+  grep "req/s: attainment\|stopped\|all rates" "$work/$1.txt"
+  cp "$work/$1.txt" "$out/"
+  [ -e "$work/$1/record.json" ] && xz -T0 -6 -c "$work/$1/record.json" > "$out/record_$1.json.xz"
+  grep -v '"POST /v1/audio/speech HTTP/1.1" 200 OK' "$work/serve_$label/serve.log" > "$work/serve_$label.log"
+  python3 -m benchmarks.step_log "$work/serve_$label.log" > "$out/step_log_$label.txt" 2>&1
+}
+
+for stage in ${STAGES:-serve sweep wait}; do
+  case $stage in
+  serve)
+    OUT=$work/serve_$label KEEP_SERVER=1 SERVE_ARGS="--additional-config {\"voxserve\":{\"admin_routes\":true}}" \
+      PROBE_ARGS="--concurrency 1" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke_$label.txt" 2>&1 \
+      || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$label/serve.log"; exit 1; }
+    cat "$work/serve_$label/startup.txt"; grep -h "serving defaults" "$work/serve_$label/serve.log" | cut -c1-300
+    if [ "$mode" != voxserve ]; then
+      curl -s -w ' HTTP %{http_code}\n' -X POST -H 'Content-Type: application/json' -d "{\"mode\":\"$mode\"}" \
+        "$url/voxserve/mode"
+    fi
+    curl -s "$url/voxserve/modes"; echo ;;
+  sweep)
+    start_sweep "sweep_$label" --seeds 0,1,2 --window-s "${WINDOW_S:-30}" --start-rate "${START_RATE:?}" \
+      --rate-step "${RATE_STEP:-8}" --max-rate 400 --beyond-failure "${BEYOND:-2}" \
+      --failure-threshold "${FAILURE:-0.99}" ${SWEEP_ARGS:-} ;;
+  overload)
+    start_sweep "overload_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATES:?}" ${SWEEP_ARGS:-} ;;
+  wait)
+    for name in sweep_$label overload_$label; do [ -e "$work/$name.pid" ] && wait_sweep "$name"; done ;;
+  stop)
+    pkill -f "vllm.entrypoints.cli.main serve" || true; sleep 5 ;;
+  esac
+done
