@@ -315,7 +315,7 @@ def _dotted_keys(where: str, raw: Mapping[str, Any], prefix: str = "") -> list[s
             keys.append(path)
         elif isinstance(value, Mapping):
             keys += _dotted_keys(where, value, path + ".")
-        elif not dataclasses.is_dataclass(value):
+        else:
             raise ValueError(f"{where}.{path} must be an object, got {value!r}")
     return keys
 
@@ -338,12 +338,12 @@ def _check_keys(where: str, raw: Mapping[str, Any], internal: bool) -> None:
     unknown = sorted(keys - field_keys())
     if unknown:
         raise ValueError(f"unknown {where} keys {unknown}; the settings: {sorted(SETTINGS)}")
-    misplaced = sorted(keys & SETTINGS if internal else keys - SETTINGS)
-    if misplaced and internal:
-        raise ValueError(f"{where} keys {misplaced} are settings: give them under {ADDITIONAL_CONFIG_KEY}")
-    if misplaced:
-        raise ValueError(f"{where} keys {misplaced} are internal (derived, or fixed for serving), not settings; "
-                         f"the settings: {sorted(SETTINGS)}")
+    if internal and keys & SETTINGS:
+        raise ValueError(f"{where} keys {sorted(keys & SETTINGS)} are settings: give them under "
+                         f"{ADDITIONAL_CONFIG_KEY}")
+    if not internal and keys - SETTINGS:
+        raise ValueError(f"{where} keys {sorted(keys - SETTINGS)} are internal (derived, or fixed for serving), not "
+                         f"settings; the settings: {sorted(SETTINGS)}")
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -359,16 +359,13 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 def split_tree(tree: Mapping[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
     """(settings, internal): a nested mapping of any fields parted into the `voxserve` and `voxserve_internal`
     sections (sections that end up empty are left out)."""
-    settings: dict[str, Any] = {}
-    internal: dict[str, Any] = {}
+    settings, internal = {}, {}
     for key, value in tree.items():
         path = prefix + str(key)
         if path in _SECTIONS and isinstance(value, Mapping):
-            inner_settings, inner_internal = split_tree(value, path + ".")
-            if inner_settings:
-                settings[key] = inner_settings
-            if inner_internal:
-                internal[key] = inner_internal
+            for part, section in zip(split_tree(value, path + "."), (settings, internal)):
+                if part:
+                    section[key] = part
         elif path in SETTINGS:
             settings[key] = value
         else:
