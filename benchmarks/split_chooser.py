@@ -160,8 +160,8 @@ def split_from_fig3(fig3: dict, config: dict) -> tuple[dict, str]:
     sms = fig3.get("chosen_codec_sms")
     if not isinstance(sms, int) or not fig3.get("chosen_keeps_up"):
         return config, "no split kept up in Figure 3: the configured split stays"
-    lanes = config.setdefault("voxserve", {}).setdefault("lanes", {})
-    lanes["split"] = {"group": "codec", "group_sms": sms}
+    # the setting counts the codec side's SMs (the split's default group)
+    config.setdefault("voxserve", {}).setdefault("lanes", {}).setdefault("split", {})["group_sms"] = sms
     return config, f"Figure 3 chose {sms} codec SMs"
 
 

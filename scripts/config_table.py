@@ -1,12 +1,16 @@
-"""The configuration table of README.md, generated from the config dataclasses.
+"""The configuration tables, generated from the config dataclasses: the settings (README.md) and the internal fields
+(docs/configuration.md).
 
-    python scripts/config_table.py                  # print the markdown table
+    python scripts/config_table.py                  # print the settings' markdown table
+    python scripts/config_table.py --internal       # print the internal fields' table
     python scripts/config_table.py --check README.md  # exit 1 with a diff when README's table is out of date
+    python scripts/config_table.py --internal --check docs/configuration.md
 
-Keys, defaults and docs come from the code, so the table cannot drift from it: the keys and defaults from the
+Keys, defaults and docs come from the code, so a table cannot drift from it: the keys and defaults from the
 dataclasses (`VoxServeConfig`, the dataclasses nested in it, and `SchedulerPolicyConfig` under `scheduler`), the
-defaults as a server without any setting resolves them; the doc of a key from the comment at the end of its line
-in the source or, where there is none, the comment block directly above it: its first sentence, trimmed.
+defaults as a server without any setting resolves them; which keys are settings from `config.SETTINGS`; the doc of a
+key from the comment at the end of its line in the source or, where there is none, the comment block directly above
+it: its first sentence, trimmed.
 """
 
 from __future__ import annotations
@@ -136,16 +140,18 @@ def mirrored_keys() -> tuple[str, ...]:
     return tuple(getattr(config, "_POLICY_FROM_TOP_LEVEL", ())) + tuple(getattr(config, "_POLICY_DERIVED", ()))
 
 
-def table(instance: Any) -> str:
+def table(instance: Any, keys: frozenset[str] | None = None) -> str:
+    """The markdown table of `instance`'s fields, of those named in `keys` only where given."""
     lines = ["| key | default | what it sets |", "|---|---|---|"]
-    lines += [f"| `{key}` | {default} | {doc} |" for key, default, doc in rows(instance)]
+    lines += [f"| `{key}` | {default} | {doc} |" for key, default, doc in rows(instance) if keys is None or key in keys]
     return "\n".join(lines) + "\n"
 
 
-def config_table() -> str:
-    from vllm_voxserve.config import VoxServeConfig
+def config_table(internal: bool = False) -> str:
+    """The settings' table, or with `internal` the table of every other field."""
+    from vllm_voxserve.config import SETTINGS, VoxServeConfig, field_keys
 
-    return table(VoxServeConfig())
+    return table(VoxServeConfig(), field_keys() - SETTINGS if internal else SETTINGS)
 
 
 # --- check ------------------------------------------------------------------------------------------------------
@@ -170,17 +176,18 @@ def check(readme: Path, expected: str) -> int:
                                 "generated from the code")
     sys.stdout.writelines(diff)
     print(textwrap.dedent(f"""
-        {readme}'s configuration table differs from the code: paste the output of
-        `python scripts/config_table.py` between {START} and {END}."""), file=sys.stderr)
+        {readme}'s configuration table differs from the code: run
+        `python scripts/config_table.py [--internal] --write {readme}`."""), file=sys.stderr)
     return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", metavar="README", type=Path, help="compare README's table with the code")
-    parser.add_argument("--write", metavar="README", type=Path, help="replace README's table with the code's")
+    parser.add_argument("--internal", action="store_true", help="the internal fields' table, not the settings'")
+    parser.add_argument("--check", metavar="FILE", type=Path, help="compare FILE's table with the code")
+    parser.add_argument("--write", metavar="FILE", type=Path, help="replace FILE's table with the code's")
     args = parser.parse_args(argv)
-    expected = config_table()
+    expected = config_table(args.internal)
     if args.check:
         return check(args.check, expected)
     if args.write:

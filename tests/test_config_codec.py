@@ -1,5 +1,5 @@
-"""The codec's settings in `voxserve` (top level), checked when the config is built (start-up), and the experiment
-switches that were removed with their code: a config naming one fails at start-up, naming the key."""
+"""The codec's switches (internal fields), checked when the config is built (start-up), and the experiment switches
+that were removed with their code: a config naming one fails at start-up, naming the key."""
 
 import pytest
 
@@ -11,19 +11,21 @@ REMOVED = {
     "codec_conv_tma": False, "codec_conv_1x1_as_mm": True, "codec_layout_optimization": False,
     "codec_bounded_shapes": True, "codec_dynamic_frames": True,
 }
-REMOVED_NESTED = [("lanes", "lm_partition", True), ("scheduler", "forced_admission", "oldest"),
-                  ("scheduler", "count_late_requests", True), ("scheduler", "waiting_deadlines", False)]
+REMOVED_NESTED = [("lanes", "lm_partition", True), ("lanes", "max_requests", 4),
+                  ("scheduler", "forced_admission", "oldest"), ("scheduler", "count_late_requests", True),
+                  ("scheduler", "waiting_deadlines", False)]
 
 
 def test_the_codec_compiles_on_the_gpu_by_default():
-    assert VoxServeConfig().codec_compile and not VoxServeConfig.from_dict({"codec_compile": False}).codec_compile
+    assert VoxServeConfig().codec_compile
+    assert not VoxServeConfig.from_dict({}, internal={"codec_compile": False}).codec_compile
 
 
 @pytest.mark.parametrize("key", ["codec_compile", "code_predictor_compile", "code_predictor_graphs",
                                  "code_predictor_kernels"])
 def test_a_codec_switch_must_be_a_boolean(key):
     with pytest.raises(ValueError, match=f"voxserve.{key} must be true or false"):
-        VoxServeConfig.from_dict({key: "yes"})
+        VoxServeConfig.from_dict({}, internal={key: "yes"})
 
 
 @pytest.mark.parametrize("key", sorted(REMOVED))

@@ -2,43 +2,45 @@
 
 import pytest
 
-from vllm_voxserve.config import CodecMode, LanesConfig, LaneSplitConfig, VoxServeConfig, backbone_stream_priority
+from vllm_voxserve.config import (CodecMode, LanesConfig, LaneSplitConfig, VoxServeConfig, as_additional_config,
+                                   backbone_stream_priority, process_config)
 
 
 def test_lanes_default_to_the_chunk_sizes_and_round_trip():
     config = VoxServeConfig.from_dict({"codec_mode": "lanes", "first_chunk_frames": 5, "chunk_frames": 10,
-                                       "lanes": {"urgent_buckets": [1, 2], "split": {"group_sms": 16}}})
+                                       "lanes": {"split": {"group_sms": 16}}},
+                                      internal={"lanes": {"urgent_buckets": [1, 2]}})
     assert config.codec_mode is CodecMode.LANES
     assert config.lanes == LanesConfig(frame_counts=(5, 10), urgent_buckets=(1, 2),
                                        split=LaneSplitConfig("codec", 16))
-    assert VoxServeConfig.from_dict(config.to_dict()) == config
+    assert VoxServeConfig.from_tree(config.to_dict()) == config
+    assert process_config(as_additional_config(config.to_dict())) == config
     assert VoxServeConfig().lanes.frame_counts == (5, 10)  # the default first chunk, then the others
     assert VoxServeConfig(codec_mode="lanes").codec_mode is CodecMode.LANES
 
 
 @pytest.mark.parametrize("lanes, message", [
-    ({"frame_count": [10]}, "unknown voxserve.lanes keys"),
-    ({"max_requests": 4}, "max_codec_slots"),
+    ({"frame_count": [10]}, "unknown voxserve_internal keys \\['lanes.frame_count'\\]"),
     ({"frame_counts": [4, 8]}, "must contain the chunk sizes"),
     ({"frame_counts": [10, 0]}, "positive integer"),
     ({"urgent_buckets": []}, "must not be empty"),
     ({"background_max_batch": 0}, "positive integer"),
     ({"use_graphs": "yes"}, "true or false"),
     ({"split": {"group": "both"}}, "'codec' or 'lm'"),
-    ({"split": {"sms": 8}}, "unknown voxserve.lanes.split keys"),
+    ({"split": {"sms": 8}}, "unknown voxserve_internal keys \\['lanes.split.sms'\\]"),
     ({"split": 8}, "must be an object"),
     ({"backbone_priority": "urgent"}, "backbone_priority must be one of"),
     (3, "must be an object"),
 ])
 def test_bad_lanes_fail_at_start_up(lanes, message):
     with pytest.raises(ValueError, match=message):
-        VoxServeConfig.from_dict({"lanes": lanes})
+        VoxServeConfig.from_tree({"lanes": lanes})
 
 
 def test_the_cost_models_codec_share_and_the_policys_batches_follow_the_lanes():
     assert VoxServeConfig().scheduler_policy().codec_sms == VoxServeConfig().lanes.split.group_sms
     lanes = {"split": {"group_sms": 24}, "background_max_batch": 32, "urgent_buckets": [1, 2]}
-    policy = VoxServeConfig.from_dict({"lanes": lanes}).scheduler_policy()
+    policy = VoxServeConfig.from_tree({"lanes": lanes}).scheduler_policy()
     assert (policy.codec_sms, policy.background_max_batch, policy.urgent_max_batch) == (24, 32, 2)
 
 

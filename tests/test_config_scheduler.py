@@ -6,7 +6,7 @@ from vllm_voxserve.config import VoxServeConfig
 
 
 def test_policy_takes_slo_and_chunking_from_the_top_level():
-    config = VoxServeConfig.from_dict({"ttfa_slo_ms": 300, "first_chunk_frames": 5, "chunk_frames": 12,
+    config = VoxServeConfig.from_tree({"ttfa_slo_ms": 300, "first_chunk_frames": 5, "chunk_frames": 12,
                                        "scheduler": {"admission_mode": "prefill_first", "overload_mode": "off",
                                                      "demand_horizons_s": [1, 2]}})
     policy = config.scheduler_policy()
@@ -18,14 +18,14 @@ def test_policy_takes_slo_and_chunking_from_the_top_level():
 
 def test_policy_batches_follow_the_lanes_largest_executables():
     lanes = {"background_max_batch": 64, "urgent_buckets": [1, 2, 4]}
-    policy = VoxServeConfig.from_dict({"lanes": lanes}).scheduler_policy()
+    policy = VoxServeConfig.from_tree({"lanes": lanes}).scheduler_policy()
     assert (policy.background_max_batch, policy.urgent_max_batch) == (64, 4)
     with pytest.raises(ValueError, match="it follows voxserve.lanes.background_max_batch"):
-        VoxServeConfig.from_dict({"lanes": lanes, "scheduler": {"background_max_batch": 16}})
+        VoxServeConfig.from_tree({"lanes": lanes, "scheduler": {"background_max_batch": 16}})
 
 
 @pytest.mark.parametrize("scheduler, message", [
-    ({"admision_mode": "prefill_first"}, "unknown scheduler policy keys"),
+    ({"admision_mode": "prefill_first"}, "unknown voxserve_internal keys \\['scheduler.admision_mode'\\]"),
     ({"admission_mode": "fifo"}, "admission_mode must be one of"),
     ({"overload_mode": "shed"}, "overload_mode must be one of"),
     ({"max_prefill_deferral_s": -1}, "max_prefill_deferral_s must be >= 0"),
@@ -34,4 +34,4 @@ def test_policy_batches_follow_the_lanes_largest_executables():
 ])
 def test_bad_scheduler_settings_fail_at_start_up(scheduler, message):
     with pytest.raises(ValueError, match=message):
-        VoxServeConfig.from_dict({"scheduler": scheduler})
+        VoxServeConfig.from_tree({"scheduler": scheduler})

@@ -1,8 +1,11 @@
-"""The one VoxServe configuration, parsed once per process from vLLM's ``--additional-config`` (`process_config`).
+"""The one VoxServeConfig, parsed once per process from vLLM's ``--additional-config`` (`process_config`).
 
     vllm serve MODEL --plugin voxserve --additional-config '{"voxserve": {"chunk_frames": 10, ...}}'
 
-Components receive the fields they use, never the whole vLLM config. Pure Python: no vLLM, no torch.
+The `voxserve` section takes the settings (`SETTINGS`) and nothing else. Every other field is derived (from the
+settings, the GPU or the model) or internal; internal fields are set only through the `voxserve_internal` section or
+`VoxServeConfig.from_tree` (tests, benchmarks, the config hook's derived values). Components receive the fields they
+use, never the whole vLLM config. Pure Python: no vLLM, no torch.
 """
 
 from __future__ import annotations
@@ -16,6 +19,21 @@ from typing import Any, ClassVar
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 
 ADDITIONAL_CONFIG_KEY = "voxserve"
+# The section of internal fields: compile and graph switches, the lanes' executable shapes, the policy's constants,
+# the cost model's seed. A section of vLLM's additional config rather than an environment variable, so that it
+# reaches every process (API server, engine core, workers) with the settings and is part of what `process_config`
+# caches on; a section apart from the settings, so that a user's section stays small and each of its errors names a
+# setting. Its keys promise nothing between versions.
+INTERNAL_CONFIG_KEY = "voxserve_internal"
+# What a user may set under `voxserve`, as dotted paths into its sections (the README's table lists them).
+SETTINGS = frozenset({
+    "first_chunk_frames", "chunk_frames", "ttfa_slo_ms", "codec_mode", "codec_dtype", "max_codec_slots",
+    "scheduler.max_decode_batch", "scheduler.overload_mode", "scheduler.capacity_headroom",
+    "scheduler.min_retry_after_s", "lanes.split.group_sms", "lanes.backbone_priority", "admin_routes",
+    "max_request_bytes", "max_input_chars", "max_instructions_chars", "max_ref_audio_bytes", "max_ref_audio_seconds",
+    "voices_dir", "max_voices",
+})
+_SECTIONS = ("scheduler", "lanes", "lanes.split")  # keys whose value is an object of further keys
 # Policy fields that mirror top-level voxserve fields: one place to set each (see `scheduler_policy`).
 _POLICY_FROM_TOP_LEVEL = ("ttfa_target_s", "first_chunk_frames", "chunk_frames")
 # Policy fields derived from the rest of the config or from the model, never set in `voxserve.scheduler`: where each
@@ -67,14 +85,10 @@ class LaneSplitConfig:
     """`voxserve.lanes.split`: the GPU's SM split (`codec_lanes.SplitSpec` without the device). The side named by
     `group` gets `group_sms` SMs, the other side the rest. Unused on CPU."""
 
-    group: str = "codec"  # "codec" or "lm"
-    # Figure 3's split chooser picks 64 codec SMs on the H200 since the code predictor got faster (runs
-    # 2026-11-30_5a7f644 and 2026-11-30_cf01941,
-    # benchmarks/results/h200/): the codec bounds capacity, and 48 req/s of the LibriTTS workload needs about 4,700
-    # codec frames/s, where 48 SMs beside the backbone gave 5,250 and 64 gave 6,907. Served with 64, 48 req/s met
-    # the SLO for 98 % and 93 % of requests (two runs); the 48-SM server of the same run hung before it was
-    # probed there (the stale stream count fixed in the scheduler adapter), so the served A/B is still to run.
-    group_sms: int = 64  # SMs of the split's `group` side (64 of 132 on the H200)
+    group: str = "codec"  # the side group_sms counts: "codec" (the background codec lane) or "lm" (the backbone)
+    # The codec bounds capacity once the backbone is fast: on the H200 (132 SMs) 64 codec SMs decoded 6,907 frames/s
+    # beside the backbone where 48 decoded 5,250 (benchmarks/fig3, benchmarks/results/).
+    group_sms: int = 64  # SMs of the background codec lane (GPU); the backbone keeps the rest
 
     def __post_init__(self) -> None:
         if self.group not in ("codec", "lm"):
@@ -92,11 +106,10 @@ class LaneExecutables:
 
     frame_counts: tuple[int, ...] = ()  # chunk lengths with executables; () means the configured chunk sizes
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8)  # batch sizes of the urgent lane's executables
-    # largest background batch (executables at powers of two up to it): at 80-96 req/s on the H200 the background
-    # lane was busy 100 % with batches of 56-64 (run 2026-12-01_2a42666)
+    # Near capacity on the H200 the background lane ran busy with batches of 56-64.
     background_max_batch: int = 64  # largest background codec batch (graphs at powers of two)
-    # background batches in flight at once, each with its own executables: 2 queues the next behind the running one,
-    # so the codec partition does not idle until the next engine step feeds it
+    # 2 queues the next batch behind the running one, so the codec partition does not idle until the next engine
+    # step feeds it.
     background_depth: int = 2  # background batches in flight at once
     use_graphs: bool = True  # CUDA graphs per (bucket, frames); ignored on CPU
 
@@ -121,15 +134,12 @@ class LanesConfig(LaneExecutables):
     backbone's stream priority. Pure: the worker builds `codec_lanes.LaneConfig` / `SplitSpec` from it."""
 
     split: LaneSplitConfig = LaneSplitConfig()
-    # The stream priority the backbone's graphs are captured at and its eager work runs at (GPU). "least": vLLM's
-    # own stream, the background codec lane's priority: an SM that frees up takes a pending block of either. "high"
-    # (default): above the background lane, below the urgent lane, so the backbone's blocks go first onto any SM
-    # that frees up (the codec partition's too) and the codec runs in what the backbone leaves. On the H200 beside a
-    # busy 64-SM codec lane (run 2026-12-02_78cd88a, batch 192, benchmarks.backbone_priority): a step 15.2 ms at
-    # "least", 12.7
-    # at "high" (9.5 alone), the codec's 64 x 10-frame batch 32.0 and 45.6 ms; served with it, `lanes` met 99.73 %
-    # at 120 req/s. Set at start-up.
-    backbone_priority: str = "high"  # CUDA stream priority of the backbone (GPU)
+    # The stream priority the backbone's graphs are captured at and its eager work runs at. "least": vLLM's own
+    # stream, the background codec lane's priority. "high": above the background lane and below the urgent lane, so
+    # the backbone's blocks go first onto any SM that frees up and the codec runs in what the backbone leaves; beside
+    # a busy 64-SM codec lane on the H200 a 192-row step took 12.7 ms at "high" and 15.2 at "least"
+    # (benchmarks/backbone_priority.py). vLLM releases past 0.26 capture graphs without the stream hook: "least".
+    backbone_priority: str = "high"  # CUDA stream priority of the backbone: "high" or "least" (GPU)
 
     def __post_init__(self) -> None:
         LaneExecutables.__post_init__(self)  # (zero-argument super() fails in a slots dataclass)
@@ -144,8 +154,6 @@ class LanesConfig(LaneExecutables):
         if raw is not None and not isinstance(raw, Mapping):
             raise ValueError(f"voxserve.lanes must be an object, got {raw!r}")
         raw = dict(raw or {})
-        if "max_requests" in raw:
-            raise ValueError("voxserve.lanes.max_requests is not a key: the lanes have voxserve.max_codec_slots slots")
         _reject_unknown("voxserve.lanes", raw, cls)
         for name in ("frame_counts", "urgent_buckets"):
             if isinstance(raw.get(name), list):
@@ -161,56 +169,47 @@ class LanesConfig(LaneExecutables):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class VoxServeConfig:
+    """Every field, settings and internal alike. Built from a user's input by `from_dict` (settings only, plus the
+    internal section), elsewhere by `from_tree` or the constructor (tests, benchmarks)."""
+
     # Audio chunking: the first chunk may be shorter for a fast first audio; later chunks are `chunk_frames` long.
-    first_chunk_frames: int = 5  # frames in a stream's first chunk (80 ms each)
+    first_chunk_frames: int = 5  # frames in a stream's first chunk (80 ms a frame)
     chunk_frames: int = 10  # frames in each later chunk
-    # Default streaming SLO; a request may set its own.
-    ttfa_slo_ms: float = 200.0  # first-audio target T; a request may set its own
-    codec_mode: CodecMode = CodecMode.AUTO  # "auto" (lanes on GPU, inline on CPU), "lanes" or "inline"
-    # Codec state slots (requests whose codec state lives on the device at once): the running streams plus those
-    # whose last chunks are still decoding. The config hook derives the served number from the GPU
-    # (serving_defaults.py); 512 beside 384 decode rows is what the H200 served 120 req/s with (run 2026-12-02_78cd88a).
-    max_codec_slots: int = 512  # codec state slots on the device (derived from the GPU)
-    # Largest number of chunks decoded in one codec batch.
+    ttfa_slo_ms: float = 200.0  # first-audio target T in ms; a request may set its own
+    codec_mode: CodecMode = CodecMode.AUTO  # "auto" (lanes on a GPU, inline on CPU), "lanes" or "inline"
+    # Codec state slots: the running streams plus those whose last chunks are still decoding. Where unset, the config
+    # hook derives them from the GPU (serving_defaults.py).
+    max_codec_slots: int = 512  # codec state slots on the device (derived from the GPU where unset)
     max_codec_batch: int = 16  # most chunks in one inline codec batch
-    # Codec precision: "auto" is bfloat16 on GPU (measured there) and float32 on CPU (where the exact incremental
-    # decode is checked). torch 2.11's CPU bf16 conv1d is 42 % off for a 1x1 conv over exactly 5 frames; the codec's
-    # one such conv (the quantizer's projection) runs as a matmul since run 2026-11-30_cf01941, and bf16 on CPU stays
-    # within its rounding (tests/codec_lanes/test_qwen3_codec_program.py).
-    codec_dtype: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
+    # "auto" is bfloat16 on a GPU (measured there) and float32 on CPU (where the exact incremental decode is checked;
+    # bf16 on CPU stays within its rounding, tests/codec_lanes/test_qwen3_codec_program.py).
+    codec_dtype: str = "auto"  # codec precision: "auto" (bf16 on GPU, fp32 on CPU), "bfloat16", "float16", "float32"
     # The served code predictor on GPU: torch.compile its frame, and replay it from CUDA graphs per batch bucket
     # in the steps vLLM does not capture whole (both ignored on CPU).
     code_predictor_compile: bool = True  # torch.compile the code predictor's frame (GPU)
     code_predictor_graphs: bool = True  # replay that frame from CUDA graphs (GPU)
-    # Our Triton kernels in the code predictor's frame on GPU (models/qwen3_tts/cp_kernels.py): each layer pass's
+    # The plugin's Triton kernels in the code predictor's frame (models/qwen3_tts/cp_kernels.py): each layer pass's
     # attention as one kernel instead of about seven, each sampling step's top candidates as one sorting kernel
-    # instead of torch.topk's two. H200, compiled frame in a CUDA graph: 4.15 -> 3.87 ms at batch 2, 5.05 -> 4.17 ms
-    # at 64, 5.43 -> 5.07 ms at 128 (benchmarks/code_predictor_step.py, results/h200/2026-11-30_5a7f644).
+    # (benchmarks/code_predictor_step.py times them).
     code_predictor_kernels: bool = True  # the plugin's Triton kernels in that frame (GPU)
-    # torch.compile the codec decoder inside its executables, on GPU (ignored on CPU): a compile at start-up for
-    # each chunk length, every batch size >= 2 (codec_program.py). H200, 10-frame chunks, bf16 graphs: 1 chunk 3.4
-    # -> 1.8 ms, 16 chunks 15.8 -> 9.8 ms on the whole GPU (benchmarks/codec_step.py)
+    # A compile at start-up for each chunk length, every batch size >= 2 (codec_program.py); on the H200 it roughly
+    # halves a 10-frame chunk's decode (benchmarks/codec_step.py).
     codec_compile: bool = True  # torch.compile the codec (GPU)
-    # Pure-policy knobs (admission_mode "deadline_aware" | "prefill_first", overload_mode "reject" | "off", urgency
-    # margin, batch sizes ...): the fields of `scheduler.SchedulerPolicyConfig`, validated at start-up.
+    # The fields of `scheduler.SchedulerPolicyConfig` (admission, overload, batch sizes ...), validated at start-up.
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Codec lanes of the `lanes` codec mode (executables' frame counts and batch sizes, SM split): `LanesConfig`;
     # a mapping given here is parsed into one. Its frame_counts must hold both chunk sizes (the default does).
     lanes: LanesConfig = LanesConfig()
-    # `GET /voxserve/modes` and `POST /voxserve/mode` (live mode switches, for benchmarks): off answers 404; on, they
-    # take the API key (`--api-key` / VLLM_API_KEY) whenever one is set, and only JSON bodies.
-    admin_routes: bool = False  # serve the /voxserve/* mode-switch routes
-    # Request limits of the HTTP API, each refused with a 4xx naming what is over: the body's bytes (checked before
-    # it is read), `input` and `ref_text` characters, `instructions` characters, and the reference clip's decoded
-    # file bytes and seconds (a 30 s clip at 48 kHz, stereo, float32 is 11.5 MB).
-    max_request_bytes: int = 24 << 20  # largest request body
+    # Off, they answer 404; on, they take the API key (`--api-key` / VLLM_API_KEY) whenever one is set, and only
+    # JSON bodies.
+    admin_routes: bool = False  # serve GET /voxserve/modes and POST /voxserve/mode (live codec-mode switches)
+    # Each limit is refused with a 4xx naming what is over (a 30 s clip at 48 kHz, stereo, float32 is 11.5 MB).
+    max_request_bytes: int = 24 << 20  # largest request body (checked before it is read)
     max_input_chars: int = 4096  # longest `input` and `ref_text`
     max_instructions_chars: int = 4096  # longest `instructions`
     max_ref_audio_bytes: int = 16 << 20  # largest decoded `ref_audio` file
     max_ref_audio_seconds: float = 30.0  # longest `ref_audio` clip
-    # Uploaded voices of a Base checkpoint (`POST /v1/audio/voices`): the folder they are kept in across restarts
-    # ("" turns uploads off) and how many it may hold.
-    voices_dir: str = ""  # folder of uploaded voices ("": uploads off)
+    voices_dir: str = ""  # folder uploaded voices are kept in across restarts ("": uploads off)
     max_voices: int = 64  # most uploaded voices kept
 
     def __post_init__(self) -> None:
@@ -230,15 +229,20 @@ class VoxServeConfig:
                      "codec_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"voxserve.{name} must be true or false, got {getattr(self, name)!r}")
-        if self.ttfa_slo_ms <= 0:
-            raise ValueError(f"voxserve.ttfa_slo_ms must be positive, got {self.ttfa_slo_ms!r}")
+        if isinstance(self.ttfa_slo_ms, bool) or not isinstance(self.ttfa_slo_ms, (int, float)) \
+                or not self.ttfa_slo_ms > 0:
+            raise ValueError(f"voxserve.ttfa_slo_ms must be a positive number, got {self.ttfa_slo_ms!r}")
         if self.codec_dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"voxserve.codec_dtype must be auto, float32, bfloat16 or float16, "
                              f"got {self.codec_dtype!r}")
+        if not isinstance(self.codec_mode, CodecMode):
+            try:
+                object.__setattr__(self, "codec_mode", CodecMode(self.codec_mode))
+            except ValueError:
+                raise ValueError(f"voxserve.codec_mode must be one of {[m.value for m in CodecMode]}, "
+                                 f"got {self.codec_mode!r}") from None
         self._resolve_lanes()
         self.scheduler_policy()  # bad scheduler keys or values fail at start-up
-        if not isinstance(self.codec_mode, CodecMode):
-            object.__setattr__(self, "codec_mode", CodecMode(self.codec_mode))
 
     def _resolve_lanes(self) -> None:
         lanes = self.lanes if isinstance(self.lanes, LanesConfig) else LanesConfig.from_dict(self.lanes)
@@ -253,6 +257,8 @@ class VoxServeConfig:
     def scheduler_policy(self) -> SchedulerPolicyConfig:
         """The scheduling policy: `scheduler` plus the SLO and chunking set at the top level (the server-default
         SLO `ttfa_slo_ms` is the policy's T; a request's own `ttfa_slo_ms` overrides it for that request)."""
+        if not isinstance(self.scheduler, Mapping):
+            raise ValueError(f"voxserve.scheduler must be an object, got {self.scheduler!r}")
         raw = dict(self.scheduler)
         duplicated = sorted(set(raw) & set(_POLICY_FROM_TOP_LEVEL))
         if duplicated:
@@ -274,21 +280,104 @@ class VoxServeConfig:
             raise ValueError(f"voxserve.scheduler: {exc}") from None
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> VoxServeConfig:
-        raw = dict(raw or {})
-        _reject_unknown("voxserve", raw, cls)
-        if "codec_mode" in raw:
-            try:
-                raw["codec_mode"] = CodecMode(raw["codec_mode"])
-            except ValueError:
-                valid = [m.value for m in CodecMode]
-                raise ValueError(f"voxserve.codec_mode must be one of {valid}, got {raw['codec_mode']!r}") from None
-        return cls(**raw)
+    def from_dict(cls, settings: Mapping[str, Any] | None,
+                  internal: Mapping[str, Any] | None = None) -> VoxServeConfig:
+        """A user's `voxserve` section, which may set only `SETTINGS`, with the `voxserve_internal` section, which
+        may set only the other fields: an unknown key, or one in the wrong section, fails naming it."""
+        settings, internal = _section(ADDITIONAL_CONFIG_KEY, settings), _section(INTERNAL_CONFIG_KEY, internal)
+        _check_keys(ADDITIONAL_CONFIG_KEY, settings, internal=False)
+        _check_keys(INTERNAL_CONFIG_KEY, internal, internal=True)
+        return cls(**_merge(internal, settings))
+
+    @classmethod
+    def from_tree(cls, tree: Mapping[str, Any] | None) -> VoxServeConfig:
+        """Any field, a setting or not, from one nested mapping: for tests and benchmarks, never a user's input."""
+        return cls.from_dict(*split_tree(_section(ADDITIONAL_CONFIG_KEY, tree)))
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["codec_mode"] = self.codec_mode.value
         return out
+
+
+def _section(where: str, raw: Any) -> dict[str, Any]:
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be an object, got {raw!r}")
+    return dict(raw or {})
+
+
+def _dotted_keys(where: str, raw: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The keys of a section as dotted paths, those inside its sections (`scheduler`, `lanes`, `lanes.split`) too."""
+    keys = []
+    for key, value in raw.items():
+        path = prefix + str(key)
+        if path not in _SECTIONS:
+            keys.append(path)
+        elif isinstance(value, Mapping):
+            keys += _dotted_keys(where, value, path + ".")
+        else:
+            raise ValueError(f"{where}.{path} must be an object, got {value!r}")
+    return keys
+
+
+def field_keys() -> frozenset[str]:
+    """Every field a config may be given, as a dotted path: the settings and the internal fields (not the policy's
+    fields that the top level sets or that follow from the rest, which `scheduler_policy` refuses)."""
+    def names(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> set[str]:
+        return {prefix + f.name for f in dataclasses.fields(cls) if f.name not in skip}
+
+    policy_skip = _POLICY_FROM_TOP_LEVEL + tuple(_POLICY_DERIVED)
+    return frozenset(names(VoxServeConfig, "", ("scheduler", "lanes")) | names(LanesConfig, "lanes.", ("split",))
+                     | names(LaneSplitConfig, "lanes.split.") | names(SchedulerPolicyConfig, "scheduler.", policy_skip))
+
+
+def _check_keys(where: str, raw: Mapping[str, Any], internal: bool) -> None:
+    keys = set(_dotted_keys(where, raw))
+    # the policy's mirrored and derived fields pass here: `scheduler_policy` refuses them naming where each comes from
+    keys -= {f"scheduler.{name}" for name in (*_POLICY_FROM_TOP_LEVEL, *_POLICY_DERIVED)}
+    unknown = sorted(keys - field_keys())
+    if unknown:
+        raise ValueError(f"unknown {where} keys {unknown}; the settings: {sorted(SETTINGS)}")
+    if internal and keys & SETTINGS:
+        raise ValueError(f"{where} keys {sorted(keys & SETTINGS)} are settings: give them under "
+                         f"{ADDITIONAL_CONFIG_KEY}")
+    if not internal and keys - SETTINGS:
+        raise ValueError(f"{where} keys {sorted(keys - SETTINGS)} are internal (derived, or fixed for serving), not "
+                         f"settings; the settings: {sorted(SETTINGS)}")
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def split_tree(tree: Mapping[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """(settings, internal): a nested mapping of any fields parted into the `voxserve` and `voxserve_internal`
+    sections (sections that end up empty are left out)."""
+    settings, internal = {}, {}
+    for key, value in tree.items():
+        path = prefix + str(key)
+        if path in _SECTIONS and isinstance(value, Mapping):
+            for part, section in zip(split_tree(value, path + "."), (settings, internal)):
+                if part:
+                    section[key] = part
+        elif path in SETTINGS:
+            settings[key] = value
+        else:
+            internal[key] = value
+    return settings, internal
+
+
+def as_additional_config(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's additional config holding a nested mapping of any fields: for tests and benchmarks that set internal
+    fields on a served config."""
+    settings, internal = split_tree(tree)
+    return {ADDITIONAL_CONFIG_KEY: settings, INTERNAL_CONFIG_KEY: internal}
 
 
 _PARSED: dict[str, VoxServeConfig] = {}
@@ -299,11 +388,12 @@ def process_config(additional_config: Mapping[str, Any] | None) -> VoxServeConfi
 
     Each process (API server, engine core, worker) holds vLLM's additional config, and vLLM builds some of our
     objects itself, handing them only its own config (the scheduler, the model, Model Runner V2's model state): each
-    asks here and gets the object the process's entry point parsed. A section the config hook has since extended
-    (serving defaults, API-server process) is a new config and parses once more."""
-    section = (additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
-    key = json.dumps(section, sort_keys=True, default=str)
+    asks here and gets the object the process's entry point parsed. Sections the config hook has since extended
+    (serving defaults, API-server process) are a new config and parse once more."""
+    additional = additional_config or {}
+    settings, internal = additional.get(ADDITIONAL_CONFIG_KEY), additional.get(INTERNAL_CONFIG_KEY)
+    key = json.dumps([settings, internal], sort_keys=True, default=str)
     config = _PARSED.get(key)
     if config is None:
-        config = _PARSED[key] = VoxServeConfig.from_dict(section)
+        config = _PARSED[key] = VoxServeConfig.from_dict(settings, internal)
     return config

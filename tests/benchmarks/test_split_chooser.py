@@ -6,6 +6,7 @@ import torch
 from benchmarks.split_chooser import (CODEC_HEADROOM, SplitMeasurement, Workload, choose_split, codec_step_factory,
                                       main, profile_splits, split_from_fig3)
 from vllm_voxserve.codec_lanes import SplitSpec
+from vllm_voxserve.config import LaneSplitConfig, process_config
 
 WORK = Workload(backbone_batch=64, codec_batch=16, frames_per_chunk=10)
 
@@ -53,9 +54,12 @@ def test_bad_inputs_raise():
 
 
 def test_the_split_figure_3_chose_is_served_only_when_it_keeps_up(tmp_path, capsys):
-    config = {"voxserve": {"lanes": {"background_max_batch": 32}}}
+    config = {"voxserve": {"lanes": {"backbone_priority": "least"}},
+              "voxserve_internal": {"lanes": {"background_max_batch": 32}}}
     chosen, _ = split_from_fig3({"chosen_codec_sms": 48, "chosen_keeps_up": True}, json.loads(json.dumps(config)))
-    assert chosen["voxserve"]["lanes"] == {"background_max_batch": 32, "split": {"group": "codec", "group_sms": 48}}
+    assert chosen["voxserve"]["lanes"] == {"backbone_priority": "least", "split": {"group_sms": 48}}
+    lanes = process_config(chosen).lanes  # what a server given this config serves
+    assert (lanes.split, lanes.background_max_batch) == (LaneSplitConfig("codec", 48), 32)
     assert split_from_fig3({"chosen_codec_sms": 80, "chosen_keeps_up": False}, config)[0] == config
     plain = '{"voxserve":{"codec_dtype":"bfloat16"}}'
     (tmp_path / "fig3.json").write_text(json.dumps({"chosen_codec_sms": 48, "chosen_keeps_up": True}))

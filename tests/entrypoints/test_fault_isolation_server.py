@@ -30,7 +30,7 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("logs") / "serve-fault.log"
     # One chunk per codec call: a chunk's audio then depends on its codes alone, not on which chunks share its batch
     # (batched float sums round differently), so equal codes give byte-identical audio.
-    voxserve = {"voxserve": {"max_codec_batch": 1, "scheduler": {"overload_mode": "off"}}}
+    voxserve = {"voxserve": {"scheduler": {"overload_mode": "off"}}, "voxserve_internal": {"max_codec_batch": 1}}
     with speech_server(checkpoint, log_path=log, env={FAULT_ENV: f"step:{FAULTED}:3"},
                        extra_args=("--additional-config", json.dumps(voxserve))) as url:
         yield url

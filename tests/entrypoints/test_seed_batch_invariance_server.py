@@ -28,7 +28,7 @@ OTHERS = [{"input": f"Another sentence number {i}, spoken at once.", "voice": "v
 def server(tmp_path_factory):
     checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-custom-voice")
     log = tmp_path_factory.mktemp("logs") / "serve-seeds.log"
-    voxserve = {"voxserve": {"max_codec_batch": 1, "scheduler": {"overload_mode": "off"}}}
+    voxserve = {"voxserve": {"scheduler": {"overload_mode": "off"}}, "voxserve_internal": {"max_codec_batch": 1}}
     with speech_server(checkpoint, log_path=log, extra_args=("--additional-config", json.dumps(voxserve))) as url:
         yield url
 

@@ -21,6 +21,7 @@ from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from vllm_voxserve.compat import STEP_REPORT_ATTR, attach_step_report  # noqa: E402
+from vllm_voxserve.config import as_additional_config  # noqa: E402
 from vllm_voxserve.contract import RequestProgress, StepReport, decode_failure, decode_rejection  # noqa: E402
 from vllm_voxserve.scheduler.adapter import SpeechAsyncScheduler, SpeechScheduler, make_scheduler  # noqa: E402
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost  # noqa: E402
@@ -55,9 +56,10 @@ def build(policy: dict | None = None, async_scheduling: bool = False, max_num_se
                                        async_scheduling=async_scheduling)
     cache_config = CacheConfig(block_size=16, enable_prefix_caching=False)
     vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
-                             # the step tables below assume the paper's 10-frame first chunk
-                             additional_config={"voxserve": {"first_chunk_frames": 10, "scheduler": policy,
-                                                                **voxserve}})
+                             # the step tables below assume the paper's 10-frame first chunk; fields that are
+                             # not settings (admission_mode ...) go to the internal section
+                             additional_config=as_additional_config({"first_chunk_frames": 10, "scheduler": policy,
+                                                                     **voxserve}))
     # The facts of a text-only generating model that the scheduler reads, on every vLLM of the tested range (newer
     # ones read more of them).
     model = types.SimpleNamespace(is_encoder_decoder=False, max_model_len=4096, is_diffusion=False,

@@ -1,6 +1,7 @@
-"""README.md's configuration table against the code (scripts/config_table.py), and how the script reads keys,
-defaults and comments from a dataclass's source."""
+"""README.md's table of the settings and docs/configuration.md's table of the internal fields against the code
+(scripts/config_table.py), and how the script reads keys, defaults and comments from a dataclass's source."""
 
+import dataclasses
 import importlib.util
 import subprocess
 import sys
@@ -109,17 +110,21 @@ def test_check_passes_on_the_same_table_and_fails_with_a_diff(tiny, tmp_path, ca
     assert config_table.check(readme, table) == 1
 
 
-def test_readme_table_matches_the_code():
-    result = subprocess.run([sys.executable, str(SCRIPT), "--check", "README.md"], cwd=ROOT, capture_output=True,
-                            text=True)
+@pytest.mark.parametrize("args", [["--check", "README.md"], ["--internal", "--check", "docs/configuration.md"]])
+def test_the_documented_tables_match_the_code(args):
+    result = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_table_covers_every_top_level_key():
-    from vllm_voxserve.config import VoxServeConfig
-    import dataclasses
+def keys_of(table: str) -> list[str]:
+    return [line.split("`")[1] for line in table.splitlines()[2:]]
 
-    keys = [line.split("`")[1] for line in config_table.config_table().splitlines()[2:]]
-    for field in dataclasses.fields(VoxServeConfig):
-        assert field.name in keys or any(key.startswith(field.name + ".") for key in keys), field.name
-    assert len(keys) == len(set(keys))
+
+def test_the_settings_table_lists_the_settings_and_the_internal_one_every_other_field():
+    from vllm_voxserve.config import SETTINGS, VoxServeConfig, field_keys
+
+    settings, internal = keys_of(config_table.config_table()), keys_of(config_table.config_table(internal=True))
+    assert set(settings) == SETTINGS and len(settings) == len(SETTINGS)
+    assert set(internal) == field_keys() - SETTINGS and len(internal) == len(set(internal))
+    for field in dataclasses.fields(VoxServeConfig):  # every top-level field, or a section's keys, is in one table
+        assert any(key == field.name or key.startswith(field.name + ".") for key in settings + internal), field.name

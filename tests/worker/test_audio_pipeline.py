@@ -51,7 +51,7 @@ class FrozenClock:
 
 
 def make_pipeline(program, mode, **overrides):
-    config = VoxServeConfig.from_dict({"codec_mode": mode, "first_chunk_frames": FIRST, "chunk_frames": LATER,
+    config = VoxServeConfig.from_tree({"codec_mode": mode, "first_chunk_frames": FIRST, "chunk_frames": LATER,
                                        "max_codec_slots": 8, "scheduler": {"background_min_batch": B},
                                        **overrides})
     sender = FakeSender()
@@ -474,7 +474,7 @@ def test_inline_mode_on_gpu_decodes_through_codec_graphs_as_eagerly(tmp_path):
     program = Qwen3CodecProgram(load_codec_decoder(tmp_path, torch.float32).cuda())
     audio = {}
     for use_graphs in (True, False):
-        config = VoxServeConfig.from_dict({"codec_mode": "inline", "first_chunk_frames": FIRST,
+        config = VoxServeConfig.from_tree({"codec_mode": "inline", "first_chunk_frames": FIRST,
                                            "chunk_frames": LATER, "max_codec_slots": 8,
                                            "lanes": {"use_graphs": use_graphs}})
         sender = FakeSender()

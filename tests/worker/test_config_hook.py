@@ -24,12 +24,12 @@ def _complete_checkpoint_by_default(checkpoint_dir, monkeypatch):
     monkeypatch.setitem(globals(), "MODEL_DIR", checkpoint_dir)
 
 
-def _vllm_config(max_num_seqs, voxserve=None, cudagraph_mode=None, model=None):
+def _vllm_config(max_num_seqs, voxserve=None, cudagraph_mode=None, model=None, internal=None):
     return types.SimpleNamespace(
         load_config=types.SimpleNamespace(download_dir=None),
         compilation_config=types.SimpleNamespace(cudagraph_mode=cudagraph_mode, max_cudagraph_capture_size=None,
                                                  cudagraph_capture_sizes=None),
-        additional_config={"voxserve": voxserve or {}},
+        additional_config={"voxserve": voxserve or {}, **({"voxserve_internal": internal} if internal else {})},
         parallel_config=types.SimpleNamespace(worker_cls="auto"),
         scheduler_config=types.SimpleNamespace(max_num_seqs=max_num_seqs, scheduler_cls=None),
         model_config=types.SimpleNamespace(skip_tokenizer_init=False, model=str(model or MODEL_DIR), revision=None),
@@ -58,7 +58,7 @@ def test_vllm_default_cap_becomes_the_derived_one(monkeypatch, max_num_seqs):
     assert config.scheduler_config.max_num_seqs == 384
     assert config.additional_config["voxserve"]["max_codec_slots"] == 512
     assert config.additional_config["voxserve"]["scheduler"]["max_decode_batch"] == 384
-    assert config.additional_config["voxserve"]["scheduler"]["cost_seed"] == "h200"
+    assert config.additional_config["voxserve_internal"]["scheduler"]["cost_seed"] == "h200"
 
 
 def test_a_smaller_gpu_gets_smaller_sizes(monkeypatch):
@@ -73,11 +73,11 @@ def test_a_smaller_gpu_gets_smaller_sizes(monkeypatch):
 
 def test_explicit_settings_win(monkeypatch):
     _on(monkeypatch, "cuda", 132, 141 * 10**9)
-    config = _vllm_config(300, {"max_codec_slots": 320,
-                                "scheduler": {"max_decode_batch": 200, "cost_seed": "paper_h100"}})
+    config = _vllm_config(300, {"max_codec_slots": 320, "scheduler": {"max_decode_batch": 200}},
+                          internal={"scheduler": {"cost_seed": "paper_h100"}})
     VoxServeConfigHook.verify_and_update_config(config)
     assert config.scheduler_config.max_num_seqs == 300
-    assert config.additional_config["voxserve"]["scheduler"]["cost_seed"] == "paper_h100"
+    assert config.additional_config["voxserve_internal"]["scheduler"]["cost_seed"] == "paper_h100"
     assert config.additional_config["voxserve"]["max_codec_slots"] == 320
     assert config.additional_config["voxserve"]["scheduler"]["max_decode_batch"] == 200
 
@@ -152,8 +152,16 @@ def test_a_checkpoint_missing_files_is_refused_at_start_naming_them(checkpoint_d
                                            ({"scheduler": {"forced_admission": "oldest"}}, "forced_admission")])
 def test_a_removed_key_is_refused_at_start_naming_it(voxserve, key):
     """Start-up (vLLM's config check) fails at once, before anything is built, with one error naming the key."""
-    with pytest.raises(ValueError, match=f"unknown .*'{key}'"):
+    with pytest.raises(ValueError, match=f"unknown .*[.']{key}'"):
         VoxServeConfigHook.verify_and_update_config(_vllm_config(64, voxserve=voxserve))
+
+
+def test_an_internal_field_is_refused_among_the_settings_and_taken_in_its_own_section():
+    with pytest.raises(ValueError, match=r"voxserve keys \['lanes.use_graphs'\] are internal"):
+        VoxServeConfigHook.verify_and_update_config(_vllm_config(64, {"lanes": {"use_graphs": False}}))
+    config = _vllm_config(64, internal={"lanes": {"use_graphs": False}})
+    VoxServeConfigHook.verify_and_update_config(config)
+    assert config.additional_config["voxserve_internal"]["lanes"] == {"use_graphs": False}
 
 
 def test_a_vllm_whose_hooks_differ_stops_before_any_engine_process_starts(monkeypatch):

@@ -32,9 +32,8 @@ class SchedulerPolicyConfig:
     early_launch_slack_s: float = 0.1  # launch a small background batch once the earliest chunk has less slack
     # LM lane
 
-    # The largest decode batch; the config hook derives the served one from the GPU (serving_defaults.py). 384: what
-    # the H200 served 120 req/s at 99.73 % with (2026-12-02, 78cd88a).
-    max_decode_batch: int = 384  # most requests in one decode step (derived from the GPU)
+    # The config hook derives the served one from the GPU where the user left it out (serving_defaults.py).
+    max_decode_batch: int = 384  # most requests in one decode step (derived from the GPU where unset)
     max_prefills_per_step: int = 8  # waiting requests one prefill may pack (within max_prefill_tokens)
     max_prefill_tokens: int = 2048  # most prompt tokens in one step's prefills
     max_prefill_deferral_s: float = 0.1  # longest a prefill waits for running streams' slack

@@ -9,7 +9,7 @@ import os
 from vllm.model_executor.models.config import VerifyAndUpdateConfig
 
 from vllm_voxserve import compat
-from vllm_voxserve.config import ADDITIONAL_CONFIG_KEY, VoxServeConfig, process_config
+from vllm_voxserve.config import ADDITIONAL_CONFIG_KEY, INTERNAL_CONFIG_KEY, VoxServeConfig, process_config
 from vllm_voxserve.serving_defaults import cores_per_sm, derive_serving_defaults, is_vllm_default
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_and_check
 
@@ -82,20 +82,24 @@ def _apply_serving_defaults(vllm_config, platform) -> VoxServeConfig:
     if not isinstance(additional, dict):  # vLLM's field may be any hashable mapping: ours to extend, as a dict
         additional = dict(additional or {})
         vllm_config.additional_config = additional
-    raw = dict(additional.get(ADDITIONAL_CONFIG_KEY) or {})
-    policy = dict(raw.get("scheduler") or {})
+    # the derived settings go where a user sets them, the derived internal field (the cost seed) where tests and
+    # benchmarks do; either way a value already given wins
+    settings = dict(additional.get(ADDITIONAL_CONFIG_KEY) or {})
+    internal = dict(additional.get(INTERNAL_CONFIG_KEY) or {})
+    policy = dict(settings.get("scheduler") or {})
+    internal_policy = dict(internal.get("scheduler") or {})
     applied = []
-    if "max_codec_slots" not in raw:
-        raw["max_codec_slots"] = derived.max_codec_slots
+    if "max_codec_slots" not in settings:
+        settings["max_codec_slots"] = derived.max_codec_slots
         applied.append(f"max_codec_slots {derived.max_codec_slots}")
     if "max_decode_batch" not in policy:
         policy["max_decode_batch"] = derived.max_decode_batch
         applied.append(f"scheduler.max_decode_batch {derived.max_decode_batch}")
-    if "cost_seed" not in policy:
-        policy["cost_seed"] = derived.cost_seed
+    if "cost_seed" not in internal_policy:
+        internal_policy["cost_seed"] = derived.cost_seed
         applied.append(f"scheduler.cost_seed {derived.cost_seed}")
-    raw["scheduler"] = policy
-    additional[ADDITIONAL_CONFIG_KEY] = raw
+    settings["scheduler"], internal["scheduler"] = policy, internal_policy
+    additional[ADDITIONAL_CONFIG_KEY], additional[INTERNAL_CONFIG_KEY] = settings, internal
     config = process_config(additional)
     scheduler = vllm_config.scheduler_config
     if is_vllm_default(getattr(scheduler, "max_num_seqs", None), _vllm_default_caps(vllm_config)):
