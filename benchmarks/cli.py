@@ -49,6 +49,7 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--extra-json", help="JSON object merged into every request last")
     g = p.add_argument_group("workload and load")
     g.add_argument("--workload", help="TSV (utt_id<TAB>text) or one text per line; default LibriTTS test-clean")
+    g.add_argument("--max-words", type=int, help="keep only texts of at most this many words (short utterances)")
     g.add_argument("--fixed-length", action="store_true", help="random-weight models: length from word count")
     g.add_argument("--frames-per-word", type=float, default=FRAMES_PER_WORD)
     g.add_argument("--seeds", type=_ints, default=(0,), help="comma-separated arrival/text-order seeds")
@@ -116,7 +117,7 @@ def _load_config(args, default_window_s: float) -> LoadConfig:
     profile = make_profile(args.profile, args.extra_json, model=args.model, voice=args.voice,
                            response_format=args.response_format, sample_rate=args.sample_rate,
                            task_type=args.task_type, language=args.language, instructions=args.instructions)
-    return LoadConfig(base_url=args.base_url, profile=profile, workload_path=args.workload,
+    return LoadConfig(base_url=args.base_url, profile=profile, workload_path=args.workload, max_words=args.max_words,
                       fixed_length=args.fixed_length, frames_per_word=args.frames_per_word, seeds=args.seeds,
                       window_s=args.window_s or default_window_s, request_timeout_s=args.request_timeout_s,
                       warmup_requests=args.warmup, slo=SloSpec(args.slo_ms / 1000, args.stall_ms / 1000),

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.metrics import RateSummary
+from benchmarks.metrics import FAILED, RateSummary, Timeline
 
 RECORD_VERSION = 1
 
@@ -109,34 +109,98 @@ def read_record(folder: str | Path) -> dict[str, Any]:
     return json.loads(gzip.decompress((folder / "record.json.gz").read_bytes()).decode("utf-8"))
 
 
-_SLIM_DROPPED = ("text", "chunk_times_s", "chunk_audio_bytes", "header_bytes", "bytes_per_second")
+_SLIM_DROPPED = ("text", "chunk_times_s", "header_bytes")
+SLIM_TICK_S = 1e-4  # slimmed chunk times are whole ticks of 0.1 ms
 
 
 def first_audio_s(request: dict[str, Any]) -> float | None:
-    """Seconds from the run's start to a recorded request's first audio, in a full record (every chunk's time) or a
-    slimmed one (`first_audio_s`)."""
+    """Seconds from the run's start to a recorded request's first audio (the first chunk carrying audio bytes, not a
+    lone WAV header), in a full record (every chunk's time) or a slimmed one (`first_audio_s`)."""
     if "first_audio_s" in request:
         return request["first_audio_s"]
     times = request.get("chunk_times_s") or []
-    return times[0] if times else None
+    sizes = request.get("chunk_audio_bytes")
+    if sizes is None:
+        return times[0] if times else None
+    return next((t for t, size in zip(times, sizes) if size > 0), None)
+
+
+def _chunk_origin(request: dict[str, Any], first_audio: float | None) -> float:
+    """What slimmed chunk times count from: the first audio (so the chunks' gaps, and with them the stalls, lose
+    nothing to its rounding), or the sending time in a stream that brought no audio."""
+    for origin in (first_audio, request.get("sent_s"), request.get("scheduled_s")):
+        if origin is not None:
+            return origin
+    return 0.0
+
+
+def encode_chunk_times(times: list[float], origin: float) -> list[int]:
+    """Chunk times as whole ticks from `origin`, the first as an offset and each next as the gap since the one before
+    (small, repetitive integers: they compress well)."""
+    ticks = [round((t - origin) / SLIM_TICK_S) for t in times]
+    return ticks[:1] + [b - a for a, b in zip(ticks, ticks[1:])]
+
+
+def decode_chunk_times(gaps: list[int], origin: float) -> list[float]:
+    times, tick = [], 0
+    for gap in gaps:
+        tick += gap
+        times.append(origin + tick * SLIM_TICK_S)
+    return times
+
+
+def chunk_times_s(request: dict[str, Any]) -> list[float] | None:
+    """Every chunk's arrival (seconds from the run's start) of a full or slimmed request; None where a record was
+    slimmed without them (records made before slimming kept chunk times)."""
+    if "chunk_times_s" in request:
+        return request["chunk_times_s"]
+    if "chunk_gaps_100us" in request:
+        return decode_chunk_times(request["chunk_gaps_100us"], _chunk_origin(request, request.get("first_audio_s")))
+    return None
+
+
+def request_timeline(request: dict[str, Any]) -> Timeline:
+    """The metrics' view of one recorded request (full or slimmed record), as the client built it while running."""
+    times = chunk_times_s(request)
+    if times is None:
+        raise ValueError("this record was slimmed without chunk times: stalls cannot be recomputed from it")
+    rate = request.get("bytes_per_second") or 1
+    sent = request.get("sent_s")
+    return Timeline(sent_s=sent if sent is not None else request["scheduled_s"],
+                    outcome=request.get("outcome") or FAILED, chunk_times_s=tuple(times),
+                    chunk_audio_s=tuple(size / rate for size in request.get("chunk_audio_bytes") or ()))
+
+
+def _slim_request(request: dict[str, Any]) -> None:
+    if "chunk_times_s" in request:  # a request slimmed before is left as it is
+        first = first_audio_s(request)
+        request["chunk_gaps_100us"] = encode_chunk_times(request["chunk_times_s"], _chunk_origin(request, first))
+        request["first_audio_s"] = first
+    for key in _SLIM_DROPPED:
+        request.pop(key, None)
+    for key, value in request.items():
+        if isinstance(value, float):
+            request[key] = round(value, 4)
 
 
 def slim_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A record small enough to commit: the summaries whole, and per request its outcome, times (to 0.1 ms),
-    first-audio time and chunk count, not its text or every chunk (the texts follow from `index` and the workload)."""
+    """A record small enough to commit: the summaries whole, and per request its outcome, times (to 0.1 ms), first
+    audio and every chunk (its time as 0.1 ms ticks counted from the first audio, its audio bytes), not its text (the
+    texts follow from `index` and the workload). Stalls recomputed from it are those of the full record, except a
+    pause within 0.05 ms of the stall threshold."""
     bodies = list(record["modes"].values()) if "modes" in record else [record]
     for body in bodies:
         for run in body.get("runs", []):
             for request in run.get("requests", []):
-                request["first_audio_s"] = first_audio_s(request)
-                request["num_chunks"] = len(request.get("chunk_times_s") or [])
-                for key in _SLIM_DROPPED:
-                    request.pop(key, None)
-                for key, value in request.items():
-                    if isinstance(value, float):
-                        request[key] = round(value, 4)
+                _slim_request(request)
     record["slimmed"] = True
     return record
+
+
+def compressed_slim(record: dict[str, Any]) -> bytes:
+    """The slimmed record as committed: compact JSON, xz at its strongest preset."""
+    data = json.dumps(slim_record(record), separators=(",", ":"), default=str).encode("utf-8")
+    return lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)
 
 
 def main(argv: list[str]) -> int:
@@ -146,8 +210,7 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(slim_record(read_record(argv[1])), separators=(",", ":"), default=str).encode("utf-8")
-    (out / "record.json.xz").write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+    (out / "record.json.xz").write_bytes(compressed_slim(read_record(argv[1])))
     (out / "record.json.gz").unlink(missing_ok=True)  # one record per folder
     print(out / "record.json.xz")
     return 0
