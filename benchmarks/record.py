@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import lzma
 import json
+import lzma
+import math
 import os
 import platform
 import shlex
@@ -126,36 +127,50 @@ def first_audio_s(request: dict[str, Any]) -> float | None:
 
 
 def _chunk_origin(request: dict[str, Any], first_audio: float | None) -> float:
-    """What slimmed chunk times count from: the first audio (so the chunks' gaps, and with them the stalls, lose
-    nothing to its rounding), or the sending time in a stream that brought no audio."""
+    """What slimmed chunk times count from: the first audio, or the sending time in a stream that brought none."""
     for origin in (first_audio, request.get("sent_s"), request.get("scheduled_s")):
         if origin is not None:
             return origin
     return 0.0
 
 
-def encode_chunk_times(times: list[float], origin: float) -> list[int]:
-    """Chunk times as whole ticks from `origin`, the first as an offset and each next as the gap since the one before
-    (small, repetitive integers: they compress well)."""
-    ticks = [round((t - origin) / SLIM_TICK_S) for t in times]
-    return ticks[:1] + [b - a for a, b in zip(ticks, ticks[1:])]
+def _audio_before(sizes: list[int], bytes_per_second: float) -> list[float]:
+    """Seconds of audio in the chunks before each chunk."""
+    before, total = [], 0.0
+    for size in sizes:
+        before.append(total)
+        total += size / bytes_per_second
+    return before
 
 
-def decode_chunk_times(gaps: list[int], origin: float) -> list[float]:
-    times, tick = [], 0
-    for gap in gaps:
-        tick += gap
-        times.append(origin + tick * SLIM_TICK_S)
+def encode_chunk_lags(times: list[float], sizes: list[int], bytes_per_second: float, origin: float) -> list[int]:
+    """Each chunk's lag: its arrival minus the time the audio before it runs out when played without pause from the
+    first audio (`origin`), in whole ticks rounded down. A player's total pause is the largest lag (see
+    metrics.playback_pause_s), so rounding down keeps, for any stall threshold of whole ticks, whether it is reached."""
+    before = _audio_before(sizes, bytes_per_second)
+    return [math.floor((t - origin - played) / SLIM_TICK_S) for t, played in zip(times, before)]
+
+
+def decode_chunk_lags(lags: list[int], sizes: list[int], bytes_per_second: float, origin: float) -> list[float]:
+    """Chunk times from lags: the first audio at `origin`, every other chunk in the middle of its tick (so a pause
+    sits half a tick from any threshold of whole ticks, clear of float rounding)."""
+    first = next((i for i, size in enumerate(sizes) if size > 0), None)
+    times, latest = [], -math.inf
+    for i, (lag, played) in enumerate(zip(lags, _audio_before(sizes, bytes_per_second))):
+        t = origin if i == first else origin + played + (lag + 0.5) * SLIM_TICK_S
+        latest = max(latest, t)  # chunks within one tick of each other can come out a little out of order
+        times.append(latest)
     return times
 
 
 def chunk_times_s(request: dict[str, Any]) -> list[float] | None:
     """Every chunk's arrival (seconds from the run's start) of a full or slimmed request; None where a record was
-    slimmed without them (records made before slimming kept chunk times)."""
+    slimmed without them (records made before slimming kept chunks)."""
     if "chunk_times_s" in request:
         return request["chunk_times_s"]
-    if "chunk_gaps_100us" in request:
-        return decode_chunk_times(request["chunk_gaps_100us"], _chunk_origin(request, request.get("first_audio_s")))
+    if "chunk_lags_100us" in request:
+        return decode_chunk_lags(request["chunk_lags_100us"], request["chunk_audio_bytes"],
+                                 request.get("bytes_per_second") or 1, _chunk_origin(request, request["first_audio_s"]))
     return None
 
 
@@ -174,7 +189,9 @@ def request_timeline(request: dict[str, Any]) -> Timeline:
 def _slim_request(request: dict[str, Any]) -> None:
     if "chunk_times_s" in request:  # a request slimmed before is left as it is
         first = first_audio_s(request)
-        request["chunk_gaps_100us"] = encode_chunk_times(request["chunk_times_s"], _chunk_origin(request, first))
+        request["chunk_lags_100us"] = encode_chunk_lags(request["chunk_times_s"], request["chunk_audio_bytes"],
+                                                        request.get("bytes_per_second") or 1,
+                                                        _chunk_origin(request, first))
         request["first_audio_s"] = first
     for key in _SLIM_DROPPED:
         request.pop(key, None)
@@ -185,9 +202,9 @@ def _slim_request(request: dict[str, Any]) -> None:
 
 def slim_record(record: dict[str, Any]) -> dict[str, Any]:
     """A record small enough to commit: the summaries whole, and per request its outcome, times (to 0.1 ms), first
-    audio and every chunk (its time as 0.1 ms ticks counted from the first audio, its audio bytes), not its text (the
-    texts follow from `index` and the workload). Stalls recomputed from it are those of the full record, except a
-    pause within 0.05 ms of the stall threshold."""
+    audio and every chunk (its audio bytes, and its arrival as a lag behind playback in 0.1 ms ticks), not its text
+    (the texts follow from `index` and the workload). Stalls recomputed from it are those of the full record (for a
+    stall threshold of whole 0.1 ms), pauses to 0.05 ms."""
     bodies = list(record["modes"].values()) if "modes" in record else [record]
     for body in bodies:
         for run in body.get("runs", []):

@@ -4,9 +4,9 @@ import lzma
 
 import pytest
 
-from benchmarks.metrics import SloSpec, meets_slo, playback_pause_s, stalled, ttfa_s
+from benchmarks.metrics import SloSpec, Timeline, meets_slo, playback_pause_s, stalled, ttfa_s
 from benchmarks.record import (
-    SLIM_TICK_S, first_audio_s, git_commit, main, read_record, request_timeline, slim_record,
+    SLIM_TICK_S, decode_chunk_lags, encode_chunk_lags, first_audio_s, git_commit, main, read_record, request_timeline, slim_record,
 )
 from tests.benchmarks.synthetic_record import synthetic_record
 
@@ -30,7 +30,8 @@ def test_a_slimmed_record_keeps_summaries_and_each_requests_outcome_first_audio_
     assert lanes["summaries"] == [{"rate": 8.0}]
     (request,) = lanes["runs"][0]["requests"]
     assert request["first_audio_s"] == 0.1235 and request["outcome"] == "completed"
-    assert request["chunk_gaps_100us"] == [0, 3765, 4000] and request["chunk_audio_bytes"] == [1, 2, 3]
+    # lags behind playback (1 byte a second here): the first audio none, the next two 0.62 s and 2.22 s ahead
+    assert request["chunk_lags_100us"] == [0, -6235, -22235] and request["chunk_audio_bytes"] == [1, 2, 3]
     assert request["finished_s"] == 1.0 and request["num_frames"] == 20  # times to 0.1 ms, counts untouched
     assert "text" not in request and "chunk_times_s" not in request
 
@@ -75,11 +76,23 @@ def test_a_wav_header_chunk_is_not_the_first_audio_and_survives_slimming():
                "chunk_times_s": [0.05, 0.12341, 0.5], "chunk_audio_bytes": [0, 50, 50]}
     assert first_audio_s(request) == 0.12341
     slim = slim_record({"runs": [{"requests": [dict(request)]}]})["runs"][0]["requests"][0]
-    assert slim["first_audio_s"] == 0.1234 and slim["chunk_gaps_100us"] == [-734, 734, 3766]
-    assert request_timeline(slim).chunk_times_s == pytest.approx((0.0500, 0.1234, 0.5000), abs=1e-9)
+    assert slim["first_audio_s"] == 0.1234 and slim["chunk_lags_100us"] == [-735, 0, -1235]
+    assert request_timeline(slim).chunk_times_s == pytest.approx((0.05, 0.1234, 0.5), abs=1e-4)
+    assert request_timeline(slim).chunk_times_s[1] == 0.1234
     assert request_timeline(slim).chunk_audio_s == (0.0, 0.5, 0.5)
 
 
 def test_a_record_slimmed_before_chunks_were_kept_says_stalls_cannot_be_recomputed():
     with pytest.raises(ValueError, match="slimmed without chunk times"):
         request_timeline({"scheduled_s": 0.0, "outcome": "completed", "first_audio_s": 0.1, "num_chunks": 3})
+
+
+@pytest.mark.parametrize("pause_ms", [9.96, 9.999, 10.0, 10.001, 10.04])
+def test_a_pause_next_to_the_stall_threshold_keeps_its_verdict_when_slimmed(pause_ms):
+    """0.1 s of audio a chunk: the buffer runs dry at 0.2 s, and the next chunk comes `pause_ms` later."""
+    times, sizes = [0.1, 0.2 + pause_ms / 1000, 0.25 + pause_ms / 1000], [10, 10, 10]
+    lags = encode_chunk_lags(times, sizes, 100, origin=0.1)
+    full = Timeline(0.0, "completed", tuple(times), (0.1, 0.1, 0.1))
+    slim = Timeline(0.0, "completed", tuple(decode_chunk_lags(lags, sizes, 100, origin=0.1)), (0.1, 0.1, 0.1))
+    assert stalled(slim, SLO) == stalled(full, SLO) == (pause_ms >= 10)
+    assert playback_pause_s(slim) == pytest.approx(pause_ms / 1000, abs=SLIM_TICK_S / 2 + 1e-9)

@@ -1,0 +1,97 @@
+"""The protocol's report from synthetic sweep records whose requests' fates are set by rate, seed and arrival."""
+
+import json
+
+import pytest
+
+from benchmarks.protocol import summarize_protocol
+from benchmarks.protocol_report import main
+from benchmarks.metrics import SloSpec
+from benchmarks.record import slim_record
+from tests.benchmarks.synthetic_record import FAIL, LATE, ON_TIME, REJECT, STALL, synthetic_record
+
+RATES = [24.0, 32.0, 40.0, 48.0, 56.0, 64.0, 80.0]
+PNGS = ("attainment.png", "ttfa_p99.png", "goodput.png")
+
+
+def collapsing_server(rate, seed, position):
+    """On time up to 40 req/s; at 48 the last 5 % of each window late (a queue growing); then refusals and
+    failures."""
+    if rate <= 40:
+        return ON_TIME
+    if rate == 48:
+        return LATE if position >= 0.95 else ON_TIME
+    if rate == 56:
+        return REJECT if position < 0.5 else ON_TIME
+    if rate == 64:
+        return REJECT if seed == 0 else ON_TIME
+    return FAIL if position < 0.25 else STALL if position >= 0.75 else ON_TIME
+
+
+def write(tmp_path, name, record):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "record.json").write_text(json.dumps(record))
+    return str(tmp_path / name)
+
+
+def test_capacity_stability_and_goodput_at_multiples_of_capacity():
+    record = synthetic_record(RATES, window_s=6.0, fate=collapsing_server)
+    summary = summarize_protocol("ours", record["runs"], SloSpec())
+    rows = {row.rate: row for row in summary.rows}
+    assert [row.rate for row in summary.rows] == RATES and all(row.seeds == (0, 1, 2) for row in summary.rows)
+    assert all(rows[r].pooled.attainment == 1.0 for r in (24, 32, 40))
+    assert 0.9 <= rows[48].pooled.attainment < 0.99 and rows[48].last_third < rows[48].first_third == 1.0
+    assert (summary.capacity["0.99"].rate, summary.capacity["0.90"].rate) == (40, 48)
+    assert not summary.capacity["0.99"].lower_bound
+    assert summary.unstable_rates == (48,)  # up to the 90 % capacity, only 48 drifts
+    assert rows[56].refused_share == pytest.approx(1 - rows[56].pooled.attainment) and rows[56].failed_share == 0
+    assert rows[64].attainment_per_seed == (0.0, 1.0, 1.0) and rows[64].pooled.ttfa_p99_s < 0.2  # admitted ones
+    assert 0.2 < rows[80].failed_share < 0.3 and rows[80].pooled.num_stalled > 0
+    assert [(g.multiple, g.rate) for g in summary.goodput_at] == [(1.5, 64), (2.0, 80)]  # 60 lies between 56 and 64
+    at_two = summary.goodput_at[1]
+    assert at_two.goodput == pytest.approx(rows[80].pooled.num_met / 18)
+    assert at_two.share_of_capacity == pytest.approx(at_two.goodput / 40)
+
+
+def test_report_of_two_starts_and_a_baseline_full_and_slimmed(tmp_path, capsys):
+    fast = synthetic_record(RATES, window_s=6.0, fate=collapsing_server)
+    stock = synthetic_record(RATES[:3], window_s=6.0, fate=lambda rate, seed, position: LATE if rate > 24 else ON_TIME,
+                             server="stock")
+    dirs = [write(tmp_path, "start1", fast), write(tmp_path, "start2", slim_record(json.loads(json.dumps(fast)))),
+            write(tmp_path, "stock", stock)]
+    out = tmp_path / "report"
+    assert main([*dirs, "--labels", "ours 1", "ours 2", "stock", "--baseline", "stock", "--out", str(out)]) == 0
+    table = (out / "protocol.md").read_text()
+    assert "| ours 1 | 48 | 40 | " in table and "| stock | 0 | 0 |" not in table and "| stock | 24 | 24 |" in table
+    assert "1.7×" in table and "off by > 1 point at 48" in table and "#### ours 2" in table
+    full, slim, base = json.loads((out / "protocol.json").read_text())["entries"]
+    assert [e["label"] for e in (full, slim, base)] == ["ours 1", "ours 2", "stock"]
+    assert full["capacity"] == slim["capacity"] == {"0.90": {"rate": 48, "lower_bound": False},
+                                                    "0.99": {"rate": 40, "lower_bound": False}}
+    for a, b in zip(full["rates"], slim["rates"]):  # a slimmed record gives the same figures, TTFA to 0.1 ms
+        assert (a["attainment"], a["num_stalled"], a["third_drift_points"]) == \
+               (b["attainment"], b["num_stalled"], b["third_drift_points"])
+        assert a["ttfa_p99_admitted_s"] == pytest.approx(b["ttfa_p99_admitted_s"], abs=1e-4)
+    for png in PNGS:
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_capacity_no_probed_rate_missed_is_a_lower_bound(tmp_path):
+    record = synthetic_record([8.0, 16.0], window_s=6.0, fate=lambda rate, seed, position: ON_TIME)
+    out = tmp_path / "report"
+    assert main([write(tmp_path, "r", record), "--out", str(out)]) == 0
+    assert "| ours | ≥ 16 | ≥ 16 |" in (out / "protocol.md").read_text()
+    (entry,) = json.loads((out / "protocol.json").read_text())["entries"]
+    assert entry["capacity"]["0.99"] == {"rate": 16, "lower_bound": True} and entry["goodput_at_capacity_multiples"] == []
+
+
+def test_a_record_of_modes_gives_one_entry_per_mode_and_labels_must_differ(tmp_path):
+    one = synthetic_record([8.0], window_s=4.0, fate=lambda rate, seed, position: ON_TIME)
+    record = {**one, "modes": {"lanes": {"runs": one["runs"]}, "vllm-stock": {"runs": one["runs"]}}}
+    folder = write(tmp_path, "modes", record)
+    out = tmp_path / "report"
+    assert main([folder, "--labels", "start 1", "--out", str(out)]) == 0
+    labels = [e["label"] for e in json.loads((out / "protocol.json").read_text())["entries"]]
+    assert labels == ["start 1 lanes", "start 1 vllm-stock"]
+    with pytest.raises(SystemExit, match="share a label"):
+        main([write(tmp_path, "a", one), write(tmp_path, "b", one), "--out", str(out)])
