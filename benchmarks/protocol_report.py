@@ -5,7 +5,8 @@ Each record (one server start; a record of several modes gives one entry per mod
 (full or slimmed records): per rate, over its seeds, attainment pooled and per seed, p99 TTFA of admitted requests,
 goodput, shares refused (429/503) and failed, stalls, attainment in the first vs the last third of each window;
 capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed. Writes DIR/protocol.md (tables to
-paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots, one line per entry.
+paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots, one line per entry. A
+closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of requests in flight.
 """
 
 from __future__ import annotations
@@ -52,20 +53,26 @@ def entries_of(record: dict[str, Any], source: str, label: str | None = None) ->
                   slo)]
 
 
-def load_entries(folders: list[str], labels: list[str] | None) -> list[Entry]:
+def load_entries(folders: list[str], labels: list[str] | None) -> tuple[list[Entry], list[Entry]]:
+    """(rate entries, closed-loop entries): a closed-loop record (`benchmarks concurrency`) gives one entry whose
+    runs are its levels'."""
     if labels and len(labels) != len(folders):
         raise SystemExit(f"--labels names {len(labels)} records, {len(folders)} given")
-    entries = []
+    rated, closed = [], []
     for i, folder in enumerate(folders):
         found = entries_of(read_record(folder), folder, labels[i] if labels else None)
         for entry in found:
-            if not entry.runs:
+            if entry.record.get("kind") == "concurrency":
+                closed.append(entry)
+            elif not entry.runs or "rate" not in entry.runs[0]:
                 raise SystemExit(f"{folder}: {entry.label} has no rate runs (a sweep or search record is needed)")
-        entries.extend(found)
-    names = [entry.label for entry in entries]
-    if len(set(names)) != len(names):
-        raise SystemExit(f"entries share a label ({names}): name each record with --labels")
-    return entries
+            else:
+                rated.append(entry)
+    for group in (rated, closed):
+        names = [entry.label for entry in group]
+        if len(set(names)) != len(names):
+            raise SystemExit(f"entries share a label ({names}): name each record with --labels")
+    return rated, closed
 
 
 def _pct(value: float | None) -> str:
@@ -124,15 +131,41 @@ def _rate_line(row: RateRow) -> str:
 def rate_table(summary: ProtocolSummary, entry: Entry) -> list[str]:
     seeds = ", ".join(str(s) for s in summary.rows[0].seeds) if summary.rows else ""
     windows = sorted({run["window_s"] for run in entry.runs})
+    made = ", ".join(str(entry.record[key]) for key in ("commit", "created_at") if entry.record.get(key))
     lines = [f"#### {summary.label}", "",
-             f"`{entry.source}`, commit {entry.record.get('commit')}, {entry.record.get('created_at')}; seeds "
-             f"{seeds}, {'/'.join(f'{w:g}' for w in windows)} s windows.", "",
+             f"`{entry.source}`" + (f" ({made})" if made else "") + f": seeds {seeds}, "
+             f"{'/'.join(f'{w:g}' for w in windows)} s windows.", "",
              "| rate (req/s) | attainment | per seed (%) | p99 TTFA, admitted | goodput (req/s) | refused (429/503) "
              "| failed | stalls | first → last third (%) |", "|" + "---|" * 9]
     return lines + [_rate_line(row) for row in summary.rows]
 
 
-def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None) -> str:
+def concurrency_table(closed: list[Entry]) -> list[str]:
+    """TTFA at a fixed number of requests in flight, one row per level of each closed-loop record."""
+    lines = ["| server | in flight | TTFA p50 | TTFA p95 | TTFA p99 | RTF (mean) | audio s per wall s | completed "
+             "| commit |", "|" + "---|" * 9]
+    for entry in closed:
+        commit = str(entry.record.get("commit") or "?")[:7]
+        for level in entry.record.get("levels", []):
+            rtf = "n/a" if level["rtf_mean"] is None else f"{level['rtf_mean']:.3f}"
+            cells = [entry.label, str(level["concurrency"]), _ms(level["ttfa_p50_s"]), _ms(level["ttfa_p95_s"]),
+                     _ms(level["ttfa_p99_s"]), rtf, f"{level['audio_s_per_wall_s']:.1f}",
+                     f"{level['num_completed']}/{level['num_requests']}", commit]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None,
+             closed: list[Entry]) -> str:
+    parts = [rates_markdown(summaries, entries, baseline)] if entries else []
+    if closed:
+        parts.append(["TTFA with a fixed number of requests in flight (closed loop: each request's end sends the "
+                      "next; RTF: time from sending to the stream's end over the audio's length).", ""]
+                     + concurrency_table(closed))
+    return "\n\n".join("\n".join(part) for part in parts) + "\n"
+
+
+def rates_markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None) -> list[str]:
     slo = entries[0].slo
     lines = [f"SLO: TTFA ≤ {slo.ttfa_target_s * 1000:g} ms and no stall (≥ {slo.stall_threshold_s * 1000:g} ms of "
              f"playback pause); refused and failed requests are misses. Capacity: the highest rate whose attainment, "
@@ -140,11 +173,14 @@ def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: s
     lines += capacity_table(summaries, entries, baseline)
     for summary, entry in zip(summaries, entries):
         lines += [""] + rate_table(summary, entry)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def report_json(summaries: list[ProtocolSummary], entries: list[Entry]) -> dict[str, Any]:
-    return {"entries": [{**summary.to_json(), "source": entry.source, "mode": entry.mode,
+def report_json(summaries: list[ProtocolSummary], entries: list[Entry], closed: list[Entry]) -> dict[str, Any]:
+    return {"concurrency": [{"label": entry.label, "source": entry.source, "server": entry.record.get("server"),
+                             "commit": entry.record.get("commit"), "command": entry.record.get("command"),
+                             "levels": entry.record.get("levels", [])} for entry in closed],
+            "entries": [{**summary.to_json(), "source": entry.source, "mode": entry.mode,
                          "server": entry.record.get("server"), "commit": entry.record.get("commit"),
                          "created_at": entry.record.get("created_at"), "command": entry.record.get("command"),
                          "slo": {"ttfa_target_s": entry.slo.ttfa_target_s,
@@ -174,15 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    entries = load_entries(args.records, args.labels)
+    entries, closed = load_entries(args.records, args.labels)
     if args.baseline and args.baseline not in [entry.label for entry in entries]:
         raise SystemExit(f"--baseline {args.baseline!r} names no entry; entries: {[e.label for e in entries]}")
     summaries = [summarize_protocol(entry.label, entry.runs, entry.slo) for entry in entries]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "protocol.md").write_text(markdown(summaries, entries, args.baseline), encoding="utf-8")
-    (out / "protocol.json").write_text(json.dumps(report_json(summaries, entries), indent=1) + "\n", encoding="utf-8")
-    pngs = write_plots(summaries, out, entries[0].slo.ttfa_target_s)
+    (out / "protocol.md").write_text(markdown(summaries, entries, args.baseline, closed), encoding="utf-8")
+    (out / "protocol.json").write_text(json.dumps(report_json(summaries, entries, closed), indent=1) + "\n",
+                                       encoding="utf-8")
+    pngs = write_plots(summaries, out, entries[0].slo.ttfa_target_s) if entries else []
     print(f"wrote {out / 'protocol.md'}, {out / 'protocol.json'} and {len(pngs)} plots", file=sys.stderr)
     return 0
 

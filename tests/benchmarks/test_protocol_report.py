@@ -95,3 +95,27 @@ def test_a_record_of_modes_gives_one_entry_per_mode_and_labels_must_differ(tmp_p
     assert labels == ["start 1 lanes", "start 1 vllm-stock"]
     with pytest.raises(SystemExit, match="share a label"):
         main([write(tmp_path, "a", one), write(tmp_path, "b", one), "--out", str(out)])
+
+
+def level(concurrency, p50):
+    return {"concurrency": concurrency, "num_requests": 64, "num_completed": 63, "num_rejected": 0, "num_failed": 1,
+            "num_met": 60, "wall_s": 10.0, "ttfa_p50_s": p50, "ttfa_p95_s": 2 * p50, "ttfa_p99_s": 3 * p50,
+            "ttfa_mean_s": p50, "rtf_p50": 0.2, "rtf_mean": 0.25, "audio_s_per_wall_s": 40.0, "requests_per_s": 6.3}
+
+
+def test_a_closed_loop_record_adds_a_table_of_ttfa_per_level(tmp_path):
+    closed = {"kind": "concurrency", "server": "vllm-omni", "commit": "0123abcdef", "strategy": "concurrency",
+              "levels": [level(1, 0.3), level(32, 8.4)], "runs": []}
+    sweep = synthetic_record([8.0], window_s=4.0, fate=lambda rate, seed, position: ON_TIME)
+    out = tmp_path / "report"
+    assert main([write(tmp_path, "sweep", sweep), write(tmp_path, "closed", closed), "--out", str(out)]) == 0
+    table = (out / "protocol.md").read_text()
+    assert "| ours | ≥ 8 | ≥ 8 |" in table
+    assert "| vllm-omni | 1 | 300 ms | 600 ms | 900 ms | 0.250 | 40.0 | 63/64 | 0123abc |" in table
+    assert "| vllm-omni | 32 | 8400 ms | 16800 ms |" in table
+    report = json.loads((out / "protocol.json").read_text())
+    assert [e["label"] for e in report["entries"]] == ["ours"]
+    assert [lv["concurrency"] for lv in report["concurrency"][0]["levels"]] == [1, 32]
+    only = tmp_path / "only"
+    assert main([str(tmp_path / "closed"), "--out", str(only)]) == 0  # a closed-loop record alone: no rate plots
+    assert (only / "protocol.md").read_text().startswith("TTFA with a fixed number") and not (only / PNGS[0]).exists()
