@@ -198,6 +198,13 @@ def write_plots(summaries: list[ProtocolSummary], out: Path, ttfa_target_s: floa
     return plot_series(series, out, ttfa_target_s)
 
 
+def _summarize(entry: Entry) -> ProtocolSummary:
+    try:
+        return summarize_protocol(entry.label, entry.runs, entry.slo)
+    except ValueError as exc:  # a record slimmed before chunks were kept
+        raise SystemExit(f"{entry.source}: {exc}; use its full record.json") from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.protocol_report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -213,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     entries, closed = load_entries(args.records, args.labels)
     if args.baseline and args.baseline not in [entry.label for entry in entries]:
         raise SystemExit(f"--baseline {args.baseline!r} names no entry; entries: {[e.label for e in entries]}")
-    summaries = [summarize_protocol(entry.label, entry.runs, entry.slo) for entry in entries]
+    summaries = [_summarize(entry) for entry in entries]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "protocol.md").write_text(markdown(summaries, entries, args.baseline, closed), encoding="utf-8")

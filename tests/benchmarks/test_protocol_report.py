@@ -119,3 +119,14 @@ def test_a_closed_loop_record_adds_a_table_of_ttfa_per_level(tmp_path):
     only = tmp_path / "only"
     assert main([str(tmp_path / "closed"), "--out", str(only)]) == 0  # a closed-loop record alone: no rate plots
     assert (only / "protocol.md").read_text().startswith("TTFA with a fixed number") and not (only / PNGS[0]).exists()
+
+
+def test_a_record_slimmed_before_chunks_were_kept_is_refused_by_name(tmp_path):
+    record = synthetic_record([8.0], window_s=4.0, fate=lambda rate, seed, position: ON_TIME)
+    for run in record["runs"]:
+        for request in run["requests"]:
+            request["first_audio_s"] = request.pop("chunk_times_s")[0]
+            request["num_chunks"] = len(request.pop("chunk_audio_bytes"))
+    folder = write(tmp_path, "old", record)
+    with pytest.raises(SystemExit, match=f"{folder}: .*slimmed without chunk times"):
+        main([folder, "--out", str(tmp_path / "report")])
