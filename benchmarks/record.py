@@ -111,7 +111,7 @@ def read_record(folder: str | Path) -> dict[str, Any]:
 
 
 _SLIM_DROPPED = ("text", "chunk_times_s", "header_bytes")
-SLIM_TICK_S = 1e-4  # slimmed chunk times are whole ticks of 0.1 ms
+SLIM_TICK_S = 1e-4  # a slimmed chunk's lag behind playback is in whole ticks of 0.1 ms
 
 
 def first_audio_s(request: dict[str, Any]) -> float | None:

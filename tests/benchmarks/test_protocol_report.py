@@ -82,7 +82,8 @@ def test_a_capacity_no_probed_rate_missed_is_a_lower_bound(tmp_path):
     assert main([write(tmp_path, "r", record), "--out", str(out)]) == 0
     assert "| ours | ≥ 16 | ≥ 16 |" in (out / "protocol.md").read_text()
     (entry,) = json.loads((out / "protocol.json").read_text())["entries"]
-    assert entry["capacity"]["0.99"] == {"rate": 16, "lower_bound": True} and entry["goodput_at_capacity_multiples"] == []
+    assert entry["capacity"]["0.99"] == {"rate": 16, "lower_bound": True}
+    assert entry["goodput_at_capacity_multiples"] == []
 
 
 def test_a_record_of_modes_gives_one_entry_per_mode_and_labels_must_differ(tmp_path):

@@ -6,7 +6,8 @@ import pytest
 
 from benchmarks.metrics import SloSpec, Timeline, meets_slo, playback_pause_s, stalled, ttfa_s
 from benchmarks.record import (
-    SLIM_TICK_S, decode_chunk_lags, encode_chunk_lags, first_audio_s, git_commit, main, read_record, request_timeline, slim_record,
+    SLIM_TICK_S, decode_chunk_lags, encode_chunk_lags, first_audio_s, git_commit, main, read_record, request_timeline,
+    slim_record,
 )
 from tests.benchmarks.synthetic_record import synthetic_record
 
