@@ -4,10 +4,12 @@ import json
 
 import pytest
 
+from benchmarks.cli import main as cli_main
+from benchmarks.metrics import SloSpec
 from benchmarks.protocol import summarize_protocol
 from benchmarks.protocol_report import main
-from benchmarks.metrics import SloSpec
-from benchmarks.record import slim_record
+from benchmarks.record import main as record_main, slim_record
+from tests.benchmarks.fake_speech_server import FakeBehavior, FakeSpeechServer
 from tests.benchmarks.synthetic_record import FAIL, LATE, ON_TIME, REJECT, STALL, synthetic_record
 
 RATES = [24.0, 32.0, 40.0, 48.0, 56.0, 64.0, 80.0]
@@ -131,3 +133,24 @@ def test_a_record_slimmed_before_chunks_were_kept_is_refused_by_name(tmp_path):
     folder = write(tmp_path, "old", record)
     with pytest.raises(SystemExit, match=f"{folder}: .*slimmed without chunk times"):
         main([folder, "--out", str(tmp_path / "report")])
+
+
+@pytest.mark.slow
+def test_a_sweep_against_the_fake_server_reports_the_same_from_its_full_and_its_slimmed_record(tmp_path):
+    """The report recomputes what the sweep measured: stalls, refusals and attainment per rate, also once slimmed."""
+    workload = tmp_path / "texts.txt"
+    workload.write_text("plain words\na STALL here\nREJECT it\nanother plain one\n")
+    full_dir = tmp_path / "full"
+    with FakeSpeechServer(FakeBehavior(header_gap_s=0.01)) as server:
+        assert cli_main(["sweep", "--base-url", server.base_url, "--workload", str(workload), "--rates", "4,8",
+                         "--window-s", "2", "--seeds", "0,1", "--warmup", "0", "--response-format", "wav",
+                         "--stop-fraction", "0", "--out", str(full_dir), "--no-progress"]) == 0
+    assert record_main(["--slim", str(full_dir), str(tmp_path / "slim")]) == 0
+    out = tmp_path / "report"
+    assert main([str(full_dir), str(tmp_path / "slim"), "--labels", "full", "slim", "--out", str(out)]) == 0
+    full, slim = json.loads((out / "protocol.json").read_text())["entries"]
+    measured = json.loads((full_dir / "record.json").read_text())["summaries"]
+    for rate, a, b in zip(measured, full["rates"], slim["rates"]):
+        assert rate["num_stalled"] == a["num_stalled"] == b["num_stalled"] > 0
+        assert rate["attainment"] == a["attainment"] == b["attainment"]
+        assert a["refused_share"] == b["refused_share"] == rate["num_rejected"] / rate["num_requests"] > 0
