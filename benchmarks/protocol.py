@@ -122,6 +122,8 @@ def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateR
 def rate_rows(runs: Sequence[dict[str, Any]], slo: SloSpec) -> list[RateRow]:
     by_rate: dict[float, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
+        if any(other["seed"] == run["seed"] for other in by_rate[float(run["rate"])]):
+            raise ValueError(f"two runs of {run['rate']:g} req/s with seed {run['seed']}")
         by_rate[float(run["rate"])].append(run)
     return [rate_row(rate, sorted(by_rate[rate], key=lambda r: r["seed"]), slo) for rate in sorted(by_rate)]
 

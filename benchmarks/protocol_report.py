@@ -1,7 +1,8 @@
-"""The measurement protocol's report from sweep records: `python -m benchmarks.protocol_report RECORD_DIR
-[RECORD_DIR ...] [--labels LABEL ...] [--baseline LABEL] --out DIR`.
+"""The measurement protocol's report from sweep records: `python -m benchmarks.protocol_report RECORD
+[RECORD ...] [--labels LABEL ...] [--baseline LABEL] --out DIR`, RECORD a results folder or a record file.
 
-Each record (one server start; a record of several modes gives one entry per mode) is recomputed from its requests
+Each record (one server start; a record of several modes gives one entry per mode; RECORD+RECORD joins the runs of
+records of one server start, e.g. its sweep and its overload rates) is recomputed from its requests
 (full or slimmed records): per rate, over its seeds, attainment pooled and per seed, p99 TTFA of admitted requests,
 goodput, shares refused (429/503) and failed, stalls, attainment in the first vs the last third of each window;
 capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed. Writes DIR/protocol.md (tables to
@@ -53,6 +54,16 @@ def entries_of(record: dict[str, Any], source: str, label: str | None = None) ->
                   slo)]
 
 
+def joined_record(source: str) -> dict[str, Any]:
+    """The record named by `source`, or with "A+B" one record holding the runs of A and of B (one server, no modes)."""
+    records = [read_record(part) for part in source.split("+")]
+    if len(records) == 1:
+        return records[0]
+    if any("modes" in record for record in records):
+        raise SystemExit(f"{source}: only records of one server and no modes can be joined")
+    return {**records[0], "runs": [run for record in records for run in record.get("runs", [])]}
+
+
 def load_entries(folders: list[str], labels: list[str] | None) -> tuple[list[Entry], list[Entry]]:
     """(rate entries, closed-loop entries): a closed-loop record (`benchmarks concurrency`) gives one entry whose
     runs are its levels'."""
@@ -60,7 +71,7 @@ def load_entries(folders: list[str], labels: list[str] | None) -> tuple[list[Ent
         raise SystemExit(f"--labels names {len(labels)} records, {len(folders)} given")
     rated, closed = [], []
     for i, folder in enumerate(folders):
-        found = entries_of(read_record(folder), folder, labels[i] if labels else None)
+        found = entries_of(joined_record(folder), folder, labels[i] if labels else None)
         for entry in found:
             if entry.record.get("kind") == "concurrency":
                 closed.append(entry)
@@ -201,15 +212,15 @@ def write_plots(summaries: list[ProtocolSummary], out: Path, ttfa_target_s: floa
 def _summarize(entry: Entry) -> ProtocolSummary:
     try:
         return summarize_protocol(entry.label, entry.runs, entry.slo)
-    except ValueError as exc:  # a record slimmed before chunks were kept
-        raise SystemExit(f"{entry.source}: {exc}; use its full record.json") from exc
+    except ValueError as exc:  # a record slimmed before chunks were kept, or joined records that overlap
+        raise SystemExit(f"{entry.source}: {exc}") from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.protocol_report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("records", nargs="+", metavar="RECORD_DIR")
-    parser.add_argument("--labels", nargs="+", help="one name per RECORD_DIR (a record of modes: LABEL MODE)")
+    parser.add_argument("records", nargs="+", metavar="RECORD", help="results folder or record file; A+B joins two")
+    parser.add_argument("--labels", nargs="+", help="one name per RECORD (a record of modes: LABEL MODE)")
     parser.add_argument("--baseline", help="an entry's label: every 99 %% capacity is also given as a multiple of it")
     parser.add_argument("--out", required=True, help="output folder")
     return parser

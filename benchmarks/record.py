@@ -98,16 +98,26 @@ def write_record(record: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+def _read_file(path: Path) -> dict[str, Any]:
+    data = path.read_bytes()
+    if path.suffix == ".xz":
+        data = lzma.decompress(data)
+    elif path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return json.loads(data.decode("utf-8"))
+
+
 def read_record(folder: str | Path) -> dict[str, Any]:
     """The record of a results folder: record.json, or record.json.xz / .gz as committed (keeps the repository
-    small: the tree travels to the GPU machine beside a 60 MiB part of the vLLM stack, 64 MiB in all)."""
+    small: the tree travels to the GPU machine beside a 60 MiB part of the vLLM stack, 64 MiB in all); or a record
+    file itself (NAME.json, NAME.json.xz, NAME.json.gz)."""
     folder = Path(folder)
-    plain = folder / "record.json"
-    if plain.exists():
-        return json.loads(plain.read_text(encoding="utf-8"))
-    if (folder / "record.json.xz").exists():
-        return json.loads(lzma.decompress((folder / "record.json.xz").read_bytes()).decode("utf-8"))
-    return json.loads(gzip.decompress((folder / "record.json.gz").read_bytes()).decode("utf-8"))
+    if folder.is_file():
+        return _read_file(folder)
+    for name in ("record.json", "record.json.xz"):
+        if (folder / name).exists():
+            return _read_file(folder / name)
+    return _read_file(folder / "record.json.gz")
 
 
 _SLIM_DROPPED = ("text", "chunk_times_s", "header_bytes")
@@ -178,7 +188,8 @@ def request_timeline(request: dict[str, Any]) -> Timeline:
     """The metrics' view of one recorded request (full or slimmed record), as the client built it while running."""
     times = chunk_times_s(request)
     if times is None:
-        raise ValueError("this record was slimmed without chunk times: stalls cannot be recomputed from it")
+        raise ValueError("this record was slimmed without chunk times: stalls cannot be recomputed from it "
+                         "(use the full record)")
     rate = request.get("bytes_per_second") or 1
     sent = request.get("sent_s")
     return Timeline(sent_s=sent if sent is not None else request["scheduled_s"],
@@ -221,7 +232,8 @@ def compressed_slim(record: dict[str, Any]) -> bytes:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m benchmarks.record --slim IN_DIR OUT_DIR`: OUT_DIR/record.json.xz, slimmed, from IN_DIR's record."""
+    """`python -m benchmarks.record --slim IN OUT_DIR`: OUT_DIR/record.json.xz, slimmed, from IN's record (a results
+    folder or a record file)."""
     if len(argv) != 3 or argv[0] != "--slim":
         print(main.__doc__, file=sys.stderr)
         return 2

@@ -154,3 +154,17 @@ def test_a_sweep_against_the_fake_server_reports_the_same_from_its_full_and_its_
         assert rate["num_stalled"] == a["num_stalled"] == b["num_stalled"] > 0
         assert rate["attainment"] == a["attainment"] == b["attainment"]
         assert a["refused_share"] == b["refused_share"] == rate["num_rejected"] / rate["num_requests"] > 0
+
+
+def test_a_sweep_and_its_overload_rates_join_into_one_entry(tmp_path):
+    sweep = synthetic_record(RATES[:4], window_s=6.0, fate=collapsing_server)
+    overload = synthetic_record([60.0, 80.0], seeds=(0,), window_s=6.0, fate=collapsing_server, rng_seed=1)
+    out = tmp_path / "report"
+    (tmp_path / "overload.json").write_text(json.dumps(overload))
+    joined = write(tmp_path, "sweep", sweep) + "+" + str(tmp_path / "overload.json")
+    assert main([joined, "--labels", "defaults", "--out", str(out)]) == 0
+    (entry,) = json.loads((out / "protocol.json").read_text())["entries"]
+    assert [r["rate"] for r in entry["rates"]] == [24, 32, 40, 48, 60, 80] and entry["rates"][-1]["seeds"] == [0]
+    assert [(g["multiple"], g["rate"]) for g in entry["goodput_at_capacity_multiples"]] == [(1.5, 60), (2.0, 80)]
+    with pytest.raises(SystemExit, match="two runs of 24 req/s with seed 0"):
+        main([joined + "+" + str(tmp_path / "sweep"), "--out", str(out)])

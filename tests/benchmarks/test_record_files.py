@@ -42,6 +42,12 @@ def test_records_committed_as_gzip_still_read(tmp_path):
     assert read_record(tmp_path) == _record()
 
 
+def test_a_record_file_reads_by_its_own_name(tmp_path):
+    (tmp_path / "record_lanes.json.xz").write_bytes(lzma.compress(json.dumps(_record()).encode()))
+    (tmp_path / "plain.json").write_text(json.dumps(_record()))
+    assert read_record(tmp_path / "record_lanes.json.xz") == read_record(tmp_path / "plain.json") == _record()
+
+
 def test_the_commit_a_command_names_wins_over_the_trees_git(monkeypatch):
     monkeypatch.delenv("VOXSERVE_COMMIT", raising=False)
     assert git_commit() != "0123abc"
