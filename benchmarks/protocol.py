@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.metrics import REJECTED, RateSummary, SloSpec, Timeline, meets_slo, slo_capacity, summarize_rate
+from benchmarks.metrics import (
+    REJECTED, RateSummary, SloSpec, Timeline, meets_slo, percentile, slo_capacity, summarize_rate,
+)
 from benchmarks.record import request_timeline
 
 THRESHOLDS = (0.90, 0.99)
@@ -30,6 +32,7 @@ class RateRow:
     pooled: RateSummary  # all seeds' requests; TTFA percentiles are over requests that got audio (none refused)
     attainment_per_seed: tuple[float, ...]
     refused_share: float  # answered 429/503
+    refusal_p99_s: float | None  # p99 time from sending a refused request to the end of its answer
     failed_share: float  # failed, timed out or cancelled
     first_third: float | None  # attainment of requests scheduled in the first third of their window
     last_third: float | None
@@ -46,7 +49,8 @@ class RateRow:
         return {"rate": self.rate, "seeds": list(self.seeds), "num_requests": s.num_requests,
                 "attainment": s.attainment, "attainment_per_seed": list(self.attainment_per_seed),
                 "ttfa_p50_admitted_s": s.ttfa_p50_s, "ttfa_p99_admitted_s": s.ttfa_p99_s, "goodput": s.goodput,
-                "refused_share": self.refused_share, "failed_share": self.failed_share,
+                "refused_share": self.refused_share, "refusal_p99_s": self.refusal_p99_s,
+                "failed_share": self.failed_share,
                 "num_stalled": s.num_stalled, "first_third_attainment": self.first_third,
                 "last_third_attainment": self.last_third, "third_drift_points": self.third_drift_points,
                 "cut_short": s.cut_short}
@@ -103,6 +107,11 @@ def _thirds(runs: Sequence[dict[str, Any]], timelines: Sequence[Sequence[Timelin
     return (sum(first) / len(first) if first else None), (sum(last) / len(last) if last else None)
 
 
+def _refusal_times(runs: Sequence[dict[str, Any]]) -> list[float]:
+    return [r["finished_s"] - r["sent_s"] for run in runs for r in run["requests"]
+            if r.get("outcome") == REJECTED and r.get("finished_s") is not None and r.get("sent_s") is not None]
+
+
 def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateRow:
     """One rate's figures from its runs (one per seed)."""
     timelines = [[request_timeline(request) for request in run["requests"]] for run in runs]
@@ -116,6 +125,7 @@ def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateR
     return RateRow(rate=rate, seeds=tuple(run["seed"] for run in runs), pooled=pooled,
                    attainment_per_seed=tuple(s.attainment for s in per_seed),
                    refused_share=sum(t.outcome == REJECTED for t in pooled_timelines) / n,
+                   refusal_p99_s=percentile(_refusal_times(runs), 99),
                    failed_share=pooled.num_failed / n, first_third=first, last_third=last)
 
 

@@ -128,13 +128,19 @@ def capacity_table(summaries: list[ProtocolSummary], entries: list[Entry], basel
     return lines
 
 
+def _refused_cell(row: RateRow) -> str:
+    if row.refusal_p99_s is None:
+        return _pct(row.refused_share)
+    return f"{_pct(row.refused_share)} (p99 answer {_ms(row.refusal_p99_s)})"
+
+
 def _rate_line(row: RateRow) -> str:
     s = row.pooled
     per_seed = " / ".join(f"{100 * a:.1f}" for a in row.attainment_per_seed)
     thirds = "n/a" if row.first_third is None or row.last_third is None else \
         f"{100 * row.first_third:.1f} → {100 * row.last_third:.1f}"
     cells = [f"{row.rate:g}" + (" (ended early)" if s.cut_short else ""), _pct(s.attainment), per_seed,
-             _ms(s.ttfa_p99_s), f"{s.goodput:.1f}", _pct(row.refused_share), _pct(row.failed_share),
+             _ms(s.ttfa_p99_s), f"{s.goodput:.1f}", _refused_cell(row), _pct(row.failed_share),
              str(s.num_stalled), thirds]
     return "| " + " | ".join(cells) + " |"
 

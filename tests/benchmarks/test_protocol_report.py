@@ -47,6 +47,7 @@ def test_capacity_stability_and_goodput_at_multiples_of_capacity():
     assert not summary.capacity["0.99"].lower_bound
     assert summary.unstable_rates == (48,)  # up to the 90 % capacity, only 48 drifts
     assert rows[56].refused_share == pytest.approx(1 - rows[56].pooled.attainment) and rows[56].failed_share == 0
+    assert rows[56].refusal_p99_s == pytest.approx(0.003, abs=0.002) and rows[40].refusal_p99_s is None
     assert rows[64].attainment_per_seed == (0.0, 1.0, 1.0) and rows[64].pooled.ttfa_p99_s < 0.2  # admitted ones
     assert 0.2 < rows[80].failed_share < 0.3 and rows[80].pooled.num_stalled > 0
     assert [(g.multiple, g.rate) for g in summary.goodput_at] == [(1.5, 64), (2.0, 80)]  # 60 lies between 56 and 64
