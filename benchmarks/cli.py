@@ -1,8 +1,10 @@
-"""`python -m benchmarks sweep|search|ablation ...`: writes record.json and PNG plots, prints one summary line."""
+"""`python -m benchmarks sweep|search|ablation|concurrency ...`: writes record.json (and, but for concurrency, PNG
+plots), prints one summary line per server, mode or concurrency level."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -10,9 +12,10 @@ from pathlib import Path
 from benchmarks.ablation import ABLATION_MODES, DEFAULT_MODES, AblationConfig, run_ablation
 from benchmarks.capacity_search import SearchConfig, run_search
 from benchmarks.client import PROFILES, make_profile
+from benchmarks.concurrency import ConcurrencyConfig, format_level_line, run_concurrency
 from benchmarks.metrics import SloSpec
 from benchmarks.modes import make_switcher
-from benchmarks.record import build_record
+from benchmarks.record import build_record, write_record
 from benchmarks.report import one_line, result_body, write_outputs
 from benchmarks.sweep import LoadConfig, SweepConfig, run_sweep
 from benchmarks.workload import FRAMES_PER_WORD
@@ -49,6 +52,7 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--extra-json", help="JSON object merged into every request last")
     g = p.add_argument_group("workload and load")
     g.add_argument("--workload", help="TSV (utt_id<TAB>text) or one text per line; default LibriTTS test-clean")
+    g.add_argument("--max-words", type=int, help="keep only texts of at most this many words (short utterances)")
     g.add_argument("--fixed-length", action="store_true", help="random-weight models: length from word count")
     g.add_argument("--frames-per-word", type=float, default=FRAMES_PER_WORD)
     g.add_argument("--seeds", type=_ints, default=(0,), help="comma-separated arrival/text-order seeds")
@@ -86,6 +90,12 @@ def _add_search_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
                    help="run every probe to the end even once it is sure to miss the lowest threshold")
 
 
+def _add_concurrency_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("closed loop")
+    g.add_argument("--levels", type=_ints, default=(1, 4, 8, 16, 32), help="comma-separated requests in flight")
+    g.add_argument("--requests-per-level", type=int, default=64, help="requests per level and seed")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -109,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     ablation.add_argument("--restart-command", help="shell line with {mode}, used if the server cannot switch "
                                                     "modes over HTTP")
     ablation.add_argument("--ready-path", default="/health")
+    concurrency = sub.add_parser("concurrency", help="closed loop: TTFA with a fixed number of requests in flight")
+    _add_load_args(concurrency)
+    _add_concurrency_args(concurrency)
     return parser
 
 
@@ -116,7 +129,7 @@ def _load_config(args, default_window_s: float) -> LoadConfig:
     profile = make_profile(args.profile, args.extra_json, model=args.model, voice=args.voice,
                            response_format=args.response_format, sample_rate=args.sample_rate,
                            task_type=args.task_type, language=args.language, instructions=args.instructions)
-    return LoadConfig(base_url=args.base_url, profile=profile, workload_path=args.workload,
+    return LoadConfig(base_url=args.base_url, profile=profile, workload_path=args.workload, max_words=args.max_words,
                       fixed_length=args.fixed_length, frames_per_word=args.frames_per_word, seeds=args.seeds,
                       window_s=args.window_s or default_window_s, request_timeout_s=args.request_timeout_s,
                       warmup_requests=args.warmup, slo=SloSpec(args.slo_ms / 1000, args.stall_ms / 1000),
@@ -136,6 +149,26 @@ def _search_config(args, load: LoadConfig) -> SearchConfig:
                         allow_short_window=args.allow_short_window, settle_early=not args.no_settle_early)
 
 
+def _run_concurrency(args, load: LoadConfig, label: str, out: Path, command: list[str]) -> int:
+    config = ConcurrencyConfig(load=load, levels=args.levels, requests_per_level=args.requests_per_level)
+
+    def record_of(result) -> dict:
+        body = {"strategy": "concurrency", "stop_reason": result.stop_reason,
+                "levels": [dataclasses.asdict(s) for s in result.summaries],
+                "runs": [run.to_json() for run in result.runs]}
+        record = build_record("concurrency", label, args.model, config, body, command)
+        record["summary"] = [f"{label}: {format_level_line(s)}" for s in result.summaries]
+        return record
+
+    # rewritten after every level, so a killed run keeps what it measured
+    result = run_concurrency(config, on_update=lambda r: write_record(record_of(r), out / "record.json"))
+    record = record_of(result)
+    print(f"wrote {write_record(record, out / 'record.json')}", file=sys.stderr)
+    for line in record["summary"]:
+        print(line)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     strategy = args.strategy if args.command == "ablation" else args.command
@@ -144,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or f"bench-results/{args.command}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "benchmarks", *(argv if argv is not None else sys.argv[1:])]
+    if args.command == "concurrency":
+        return _run_concurrency(args, load, label, out, command)
     sweep = _sweep_config(args, load) if strategy == "sweep" else None
     search = _search_config(args, load) if strategy == "search" else None
     extra: dict = {}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import lzma
 import json
+import lzma
+import math
 import os
 import platform
 import shlex
@@ -16,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.metrics import RateSummary
+from benchmarks.metrics import FAILED, RateSummary, Timeline
 
 RECORD_VERSION = 1
 
@@ -97,57 +98,148 @@ def write_record(record: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+def _read_file(path: Path) -> dict[str, Any]:
+    data = path.read_bytes()
+    if path.suffix == ".xz":
+        data = lzma.decompress(data)
+    elif path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return json.loads(data.decode("utf-8"))
+
+
 def read_record(folder: str | Path) -> dict[str, Any]:
     """The record of a results folder: record.json, or record.json.xz / .gz as committed (keeps the repository
-    small: the tree travels to the GPU machine beside a 60 MiB part of the vLLM stack, 64 MiB in all)."""
+    small: the tree travels to the GPU machine beside a 60 MiB part of the vLLM stack, 64 MiB in all); or a record
+    file itself (NAME.json, NAME.json.xz, NAME.json.gz)."""
     folder = Path(folder)
-    plain = folder / "record.json"
-    if plain.exists():
-        return json.loads(plain.read_text(encoding="utf-8"))
-    if (folder / "record.json.xz").exists():
-        return json.loads(lzma.decompress((folder / "record.json.xz").read_bytes()).decode("utf-8"))
-    return json.loads(gzip.decompress((folder / "record.json.gz").read_bytes()).decode("utf-8"))
+    if folder.is_file():
+        return _read_file(folder)
+    for name in ("record.json", "record.json.xz"):
+        if (folder / name).exists():
+            return _read_file(folder / name)
+    return _read_file(folder / "record.json.gz")
 
 
-_SLIM_DROPPED = ("text", "chunk_times_s", "chunk_audio_bytes", "header_bytes", "bytes_per_second")
+_SLIM_DROPPED = ("text", "chunk_times_s", "header_bytes")
+SLIM_TICK_S = 1e-4  # a slimmed chunk's lag behind playback is in whole ticks of 0.1 ms
 
 
 def first_audio_s(request: dict[str, Any]) -> float | None:
-    """Seconds from the run's start to a recorded request's first audio, in a full record (every chunk's time) or a
-    slimmed one (`first_audio_s`)."""
+    """Seconds from the run's start to a recorded request's first audio (the first chunk carrying audio bytes, not a
+    lone WAV header), in a full record (every chunk's time) or a slimmed one (`first_audio_s`)."""
     if "first_audio_s" in request:
         return request["first_audio_s"]
     times = request.get("chunk_times_s") or []
-    return times[0] if times else None
+    sizes = request.get("chunk_audio_bytes")
+    if sizes is None:
+        return times[0] if times else None
+    return next((t for t, size in zip(times, sizes) if size > 0), None)
+
+
+def _chunk_origin(request: dict[str, Any], first_audio: float | None) -> float:
+    """What slimmed chunk times count from: the first audio, or the sending time in a stream that brought none."""
+    for origin in (first_audio, request.get("sent_s"), request.get("scheduled_s")):
+        if origin is not None:
+            return origin
+    return 0.0
+
+
+def _audio_before(sizes: list[int], bytes_per_second: float) -> list[float]:
+    """Seconds of audio in the chunks before each chunk."""
+    before, total = [], 0.0
+    for size in sizes:
+        before.append(total)
+        total += size / bytes_per_second
+    return before
+
+
+def encode_chunk_lags(times: list[float], sizes: list[int], bytes_per_second: float, origin: float) -> list[int]:
+    """Each chunk's lag: its arrival minus the time the audio before it runs out when played without pause from the
+    first audio (`origin`), in whole ticks rounded down. A player's total pause is the largest lag (see
+    metrics.playback_pause_s), so rounding down keeps, for any stall threshold of whole ticks, whether it is reached."""
+    before = _audio_before(sizes, bytes_per_second)
+    return [math.floor((t - origin - played) / SLIM_TICK_S) for t, played in zip(times, before)]
+
+
+def decode_chunk_lags(lags: list[int], sizes: list[int], bytes_per_second: float, origin: float) -> list[float]:
+    """Chunk times from lags: the first audio at `origin`, every other chunk in the middle of its tick (so a pause
+    sits half a tick from any threshold of whole ticks, clear of float rounding)."""
+    first = next((i for i, size in enumerate(sizes) if size > 0), None)
+    times, latest = [], -math.inf
+    for i, (lag, played) in enumerate(zip(lags, _audio_before(sizes, bytes_per_second))):
+        t = origin if i == first else origin + played + (lag + 0.5) * SLIM_TICK_S
+        latest = max(latest, t)  # chunks within one tick of each other can come out a little out of order
+        times.append(latest)
+    return times
+
+
+def chunk_times_s(request: dict[str, Any]) -> list[float] | None:
+    """Every chunk's arrival (seconds from the run's start) of a full or slimmed request; None where a record was
+    slimmed without them (records made before slimming kept chunks)."""
+    if "chunk_times_s" in request:
+        return request["chunk_times_s"]
+    if "chunk_lags_100us" in request:
+        return decode_chunk_lags(request["chunk_lags_100us"], request["chunk_audio_bytes"],
+                                 request.get("bytes_per_second") or 1, _chunk_origin(request, request["first_audio_s"]))
+    return None
+
+
+def request_timeline(request: dict[str, Any]) -> Timeline:
+    """The metrics' view of one recorded request (full or slimmed record), as the client built it while running."""
+    times = chunk_times_s(request)
+    if times is None:
+        raise ValueError("this record was slimmed without chunk times: stalls cannot be recomputed from it "
+                         "(use the full record)")
+    rate = request.get("bytes_per_second") or 1
+    sent = request.get("sent_s")
+    return Timeline(sent_s=sent if sent is not None else request["scheduled_s"],
+                    outcome=request.get("outcome") or FAILED, chunk_times_s=tuple(times),
+                    chunk_audio_s=tuple(size / rate for size in request.get("chunk_audio_bytes") or ()))
+
+
+def _slim_request(request: dict[str, Any]) -> None:
+    if "chunk_times_s" in request:  # a request slimmed before is left as it is
+        first = first_audio_s(request)
+        request["chunk_lags_100us"] = encode_chunk_lags(request["chunk_times_s"], request["chunk_audio_bytes"],
+                                                        request.get("bytes_per_second") or 1,
+                                                        _chunk_origin(request, first))
+        request["first_audio_s"] = first
+    for key in _SLIM_DROPPED:
+        request.pop(key, None)
+    for key, value in request.items():
+        if isinstance(value, float):
+            request[key] = round(value, 4)
 
 
 def slim_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A record small enough to commit: the summaries whole, and per request its outcome, times (to 0.1 ms),
-    first-audio time and chunk count, not its text or every chunk (the texts follow from `index` and the workload)."""
+    """A record small enough to commit: the summaries whole, and per request its outcome, times (to 0.1 ms), first
+    audio and every chunk (its audio bytes, and its arrival as a lag behind playback in 0.1 ms ticks), not its text
+    (the texts follow from `index` and the workload). Stalls recomputed from it are those of the full record (for a
+    stall threshold of whole 0.1 ms), pauses to 0.05 ms."""
     bodies = list(record["modes"].values()) if "modes" in record else [record]
     for body in bodies:
         for run in body.get("runs", []):
             for request in run.get("requests", []):
-                request["first_audio_s"] = first_audio_s(request)
-                request["num_chunks"] = len(request.get("chunk_times_s") or [])
-                for key in _SLIM_DROPPED:
-                    request.pop(key, None)
-                for key, value in request.items():
-                    if isinstance(value, float):
-                        request[key] = round(value, 4)
+                _slim_request(request)
     record["slimmed"] = True
     return record
 
 
+def compressed_slim(record: dict[str, Any]) -> bytes:
+    """The slimmed record as committed: compact JSON, xz at its strongest preset."""
+    data = json.dumps(slim_record(record), separators=(",", ":"), default=str).encode("utf-8")
+    return lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)
+
+
 def main(argv: list[str]) -> int:
-    """`python -m benchmarks.record --slim IN_DIR OUT_DIR`: OUT_DIR/record.json.xz, slimmed, from IN_DIR's record."""
+    """`python -m benchmarks.record --slim IN OUT_DIR`: OUT_DIR/record.json.xz, slimmed, from IN's record (a results
+    folder or a record file)."""
     if len(argv) != 3 or argv[0] != "--slim":
         print(main.__doc__, file=sys.stderr)
         return 2
     out = Path(argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(slim_record(read_record(argv[1])), separators=(",", ":"), default=str).encode("utf-8")
-    (out / "record.json.xz").write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+    (out / "record.json.xz").write_bytes(compressed_slim(read_record(argv[1])))
     (out / "record.json.gz").unlink(missing_ok=True)  # one record per folder
     print(out / "record.json.xz")
     return 0

@@ -28,6 +28,7 @@ class LoadConfig:
     base_url: str
     profile: ServerProfile
     workload_path: str | None = None  # None: LibriTTS test-clean
+    max_words: int | None = None  # keep only texts of at most this many words (a short-utterance workload)
     fixed_length: bool = False  # random-weight models: force each request's length from its word count
     frames_per_word: float = FRAMES_PER_WORD
     seeds: tuple[int, ...] = (0,)
@@ -51,6 +52,8 @@ class LoadConfig:
             raise ValueError("window_s and request_timeout_s must be > 0")
         if self.warmup_requests < 0:
             raise ValueError("warmup_requests must be >= 0")
+        if self.max_words is not None and self.max_words < 1:
+            raise ValueError(f"max_words must be >= 1, got {self.max_words}")
         if not 0 <= self.stop_fraction <= 1:
             raise ValueError("stop_fraction must be in [0, 1]")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
@@ -173,7 +176,7 @@ class LoadGenerator:
     def __init__(self, config: LoadConfig, session: aiohttp.ClientSession):
         self.config = config
         self.session = session
-        texts = load_texts(config.workload_path)
+        texts = load_texts(config.workload_path, config.max_words)
         self.texts = texts
         self.orders = {seed: TextOrder(texts, seed) for seed in config.seeds}
         self.started = time.perf_counter()

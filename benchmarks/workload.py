@@ -12,17 +12,20 @@ LIBRITTS_TEST_CLEAN = DATA_DIR / "libritts_test_clean.tsv"
 FRAMES_PER_WORD = 5.2
 
 
-def load_texts(path: str | Path | None = None) -> list[str]:
-    """Texts from a TSV with a `utt_id<TAB>text` header (LibriTTS) or a plain file with one text per line."""
+def load_texts(path: str | Path | None = None, max_words: int | None = None) -> list[str]:
+    """Texts from a TSV with a `utt_id<TAB>text` header (LibriTTS) or a plain file with one text per line; with
+    `max_words`, only those of at most that many words (a short-utterance workload)."""
+    if max_words is not None and max_words < 1:
+        raise ValueError(f"max_words must be >= 1, got {max_words}")
     path = Path(path) if path is not None else LIBRITTS_TEST_CLEAN
     lines = [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines()]
     if lines and lines[0].split("\t")[:1] == ["utt_id"]:
         texts = [line.split("\t", 1)[1].strip() for line in lines[1:] if "\t" in line]
     else:
         texts = [line.strip() for line in lines]
-    texts = [t for t in texts if t]
+    texts = [t for t in texts if t and (max_words is None or word_count(t) <= max_words)]
     if not texts:
-        raise ValueError(f"no texts in {path}")
+        raise ValueError(f"no texts in {path}" + (f" of at most {max_words} words" if max_words else ""))
     return texts
 
 

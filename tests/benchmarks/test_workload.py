@@ -56,3 +56,13 @@ def test_plan_run_fixed_length():
     assert planned and all(p.num_frames == round(len(p.text.split()) * 5.2) for p in planned)
     assert len({p.seed for p in planned}) == len(planned)
     assert all(p.num_frames is None for p in plan_run(5, 4, 3, order, fixed_length=False))
+
+
+def test_short_utterances_keep_only_texts_of_at_most_n_words(tmp_path):
+    short = load_texts(max_words=12)
+    assert short and all(len(t.split()) <= 12 for t in short)
+    assert set(short) == {t for t in load_texts() if len(t.split()) <= 12}
+    (tmp_path / "t.txt").write_text("one two three\nfour\n")
+    assert load_texts(tmp_path / "t.txt", max_words=1) == ["four"]
+    with pytest.raises(ValueError, match="at most 0 words|max_words"):
+        load_texts(tmp_path / "t.txt", max_words=0)

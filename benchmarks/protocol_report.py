@@ -1,0 +1,252 @@
+"""The measurement protocol's report from sweep records: `python -m benchmarks.protocol_report RECORD
+[RECORD ...] [--labels LABEL ...] [--baseline LABEL] --out DIR`, RECORD a results folder or a record file.
+
+Each record (one server start; a record of several modes gives one entry per mode; RECORD+RECORD joins the runs of
+records of one server start, e.g. its sweep and its overload rates) is recomputed from its requests
+(full or slimmed records): per rate, over its seeds, attainment pooled and per seed, p99 TTFA of admitted requests,
+goodput, shares refused (429/503) and failed, stalls, attainment in the first vs the last third of each window;
+capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed. Writes DIR/protocol.md (tables to
+paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots, one line per entry. A
+closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of requests in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.metrics import SloSpec
+from benchmarks.protocol import ProtocolSummary, RateRow, summarize_protocol
+from benchmarks.record import read_record
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One server start and mode: its runs and where they came from."""
+
+    label: str
+    source: str
+    record: dict[str, Any]
+    mode: str | None
+    runs: list[dict[str, Any]]
+    slo: SloSpec
+
+
+def slo_of(record: dict[str, Any]) -> SloSpec:
+    """The SLO a record was judged by (a plain run's load, or an ablation's sweep or search load)."""
+    config = record.get("config") or {}
+    for load in (config.get("load"), (config.get("sweep") or {}).get("load"), (config.get("search") or {}).get("load")):
+        if load and load.get("slo"):
+            return SloSpec(**load["slo"])
+    return SloSpec()
+
+
+def entries_of(record: dict[str, Any], source: str, label: str | None = None) -> list[Entry]:
+    slo = slo_of(record)
+    if "modes" in record:
+        return [Entry(f"{label} {mode}" if label else mode, source, record, mode, body.get("runs", []), slo)
+                for mode, body in record["modes"].items()]
+    return [Entry(label or record.get("server", Path(source).name), source, record, None, record.get("runs", []),
+                  slo)]
+
+
+def joined_record(source: str) -> dict[str, Any]:
+    """The record named by `source`, or with "A+B" one record holding the runs of A and of B (one server, no modes)."""
+    records = [read_record(part) for part in source.split("+")]
+    if len(records) == 1:
+        return records[0]
+    if any("modes" in record for record in records):
+        raise SystemExit(f"{source}: only records of one server and no modes can be joined")
+    return {**records[0], "runs": [run for record in records for run in record.get("runs", [])]}
+
+
+def load_entries(folders: list[str], labels: list[str] | None) -> tuple[list[Entry], list[Entry]]:
+    """(rate entries, closed-loop entries): a closed-loop record (`benchmarks concurrency`) gives one entry whose
+    runs are its levels'."""
+    if labels and len(labels) != len(folders):
+        raise SystemExit(f"--labels names {len(labels)} records, {len(folders)} given")
+    rated, closed = [], []
+    for i, folder in enumerate(folders):
+        found = entries_of(joined_record(folder), folder, labels[i] if labels else None)
+        for entry in found:
+            if entry.record.get("kind") == "concurrency":
+                closed.append(entry)
+            elif not entry.runs or "rate" not in entry.runs[0]:
+                raise SystemExit(f"{folder}: {entry.label} has no rate runs (a sweep or search record is needed)")
+            else:
+                rated.append(entry)
+    for group in (rated, closed):
+        names = [entry.label for entry in group]
+        if len(set(names)) != len(names):
+            raise SystemExit(f"entries share a label ({names}): name each record with --labels")
+    return rated, closed
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f} %"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{1000 * value:.0f} ms"
+
+
+def _goodput_cell(summary: ProtocolSummary) -> str:
+    cells = [f"{g.goodput:.1f} req/s ({100 * g.share_of_capacity:.0f} %) at {g.rate:g}" for g in summary.goodput_at]
+    return " · ".join(cells) or "not probed"
+
+
+def _stability_cell(summary: ProtocolSummary) -> str:
+    if not summary.unstable_rates:
+        return "within 1 point"
+    return "off by > 1 point at " + ", ".join(f"{r:g}" for r in summary.unstable_rates)
+
+
+def _ratio_cell(summary: ProtocolSummary, baseline: ProtocolSummary | None) -> list[str]:
+    if baseline is None:
+        return []
+    ours, theirs = summary.capacity["0.99"].rate, baseline.capacity["0.99"].rate
+    return [f"{ours / theirs:.1f}×" if theirs > 0 else "n/a"]
+
+
+def capacity_table(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None) -> list[str]:
+    reference = next((s for s in summaries if s.label == baseline), None)
+    head = ["server", "capacity at 90 % (req/s)", "capacity at 99 % (req/s)", "p99 TTFA at the 99 % capacity",
+            "goodput at 1.5× / 2× the 99 % capacity", "last vs first third (rates up to the 90 % capacity)"]
+    head += [f"99 % capacity vs {baseline}"] if reference else []
+    lines = ["| " + " | ".join(head + ["commit"]) + " |", "|" + "---|" * (len(head) + 1)]
+    for summary, entry in zip(summaries, entries):
+        at_top = summary.row_at(summary.capacity["0.99"].rate)
+        cells = [summary.label, summary.capacity["0.90"].text(), summary.capacity["0.99"].text(),
+                 _ms(at_top.pooled.ttfa_p99_s) if at_top else "n/a", _goodput_cell(summary),
+                 _stability_cell(summary)] + _ratio_cell(summary, reference)
+        commit = str(entry.record.get("commit") or "?")[:7]
+        lines.append("| " + " | ".join(cells + [commit]) + " |")
+    return lines
+
+
+def _refused_cell(row: RateRow) -> str:
+    if row.refusal_p99_s is None:
+        return _pct(row.refused_share)
+    return f"{_pct(row.refused_share)} (p99 answer {_ms(row.refusal_p99_s)})"
+
+
+def _rate_line(row: RateRow) -> str:
+    s = row.pooled
+    per_seed = " / ".join(f"{100 * a:.1f}" for a in row.attainment_per_seed)
+    thirds = "n/a" if row.first_third is None or row.last_third is None else \
+        f"{100 * row.first_third:.1f} → {100 * row.last_third:.1f}"
+    cells = [f"{row.rate:g}" + (" (ended early)" if s.cut_short else ""), _pct(s.attainment), per_seed,
+             _ms(s.ttfa_p99_s), f"{s.goodput:.1f}", _refused_cell(row), _pct(row.failed_share),
+             str(s.num_stalled), thirds]
+    return "| " + " | ".join(cells) + " |"
+
+
+def rate_table(summary: ProtocolSummary, entry: Entry) -> list[str]:
+    seeds = ", ".join(str(s) for s in summary.rows[0].seeds) if summary.rows else ""
+    windows = sorted({run["window_s"] for run in entry.runs})
+    made = ", ".join(str(entry.record[key]) for key in ("commit", "created_at") if entry.record.get(key))
+    lines = [f"#### {summary.label}", "",
+             f"`{entry.source}`" + (f" ({made})" if made else "") + f": seeds {seeds}, "
+             f"{'/'.join(f'{w:g}' for w in windows)} s windows.", "",
+             "| rate (req/s) | attainment | per seed (%) | p99 TTFA, admitted | goodput (req/s) | refused (429/503) "
+             "| failed | stalls | first → last third (%) |", "|" + "---|" * 9]
+    return lines + [_rate_line(row) for row in summary.rows]
+
+
+def concurrency_table(closed: list[Entry]) -> list[str]:
+    """TTFA at a fixed number of requests in flight, one row per level of each closed-loop record."""
+    lines = ["| server | in flight | TTFA p50 | TTFA p95 | TTFA p99 | RTF (mean) | audio s per wall s | completed "
+             "| commit |", "|" + "---|" * 9]
+    for entry in closed:
+        commit = str(entry.record.get("commit") or "?")[:7]
+        for level in entry.record.get("levels", []):
+            rtf = "n/a" if level["rtf_mean"] is None else f"{level['rtf_mean']:.3f}"
+            cells = [entry.label, str(level["concurrency"]), _ms(level["ttfa_p50_s"]), _ms(level["ttfa_p95_s"]),
+                     _ms(level["ttfa_p99_s"]), rtf, f"{level['audio_s_per_wall_s']:.1f}",
+                     f"{level['num_completed']}/{level['num_requests']}", commit]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None,
+             closed: list[Entry]) -> str:
+    parts = [rates_markdown(summaries, entries, baseline)] if entries else []
+    if closed:
+        parts.append(["TTFA with a fixed number of requests in flight (closed loop: each request's end sends the "
+                      "next; RTF: time from sending to the stream's end over the audio's length).", ""]
+                     + concurrency_table(closed))
+    return "\n\n".join("\n".join(part) for part in parts) + "\n"
+
+
+def rates_markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None) -> list[str]:
+    slo = entries[0].slo
+    lines = [f"SLO: TTFA ≤ {slo.ttfa_target_s * 1000:g} ms and no stall (≥ {slo.stall_threshold_s * 1000:g} ms of "
+             f"playback pause); refused and failed requests are misses. Capacity: the highest rate whose attainment, "
+             f"and every lower probed rate's, meets the threshold (≥: the highest probed rate still met it).", ""]
+    lines += capacity_table(summaries, entries, baseline)
+    for summary, entry in zip(summaries, entries):
+        lines += [""] + rate_table(summary, entry)
+    return lines
+
+
+def report_json(summaries: list[ProtocolSummary], entries: list[Entry], closed: list[Entry]) -> dict[str, Any]:
+    return {"concurrency": [{"label": entry.label, "source": entry.source, "server": entry.record.get("server"),
+                             "commit": entry.record.get("commit"), "command": entry.record.get("command"),
+                             "levels": entry.record.get("levels", [])} for entry in closed],
+            "entries": [{**summary.to_json(), "source": entry.source, "mode": entry.mode,
+                         "server": entry.record.get("server"), "commit": entry.record.get("commit"),
+                         "created_at": entry.record.get("created_at"), "command": entry.record.get("command"),
+                         "slo": {"ttfa_target_s": entry.slo.ttfa_target_s,
+                                 "stall_threshold_s": entry.slo.stall_threshold_s}}
+                        for summary, entry in zip(summaries, entries)]}
+
+
+def write_plots(summaries: list[ProtocolSummary], out: Path, ttfa_target_s: float) -> list[Path]:
+    try:  # the offline GPU host has no matplotlib: rerun this report elsewhere for the plots
+        from benchmarks.plots import plot_series
+    except ImportError:
+        print("matplotlib missing: no plots", file=sys.stderr)
+        return []
+    series = {summary.label: [row.pooled for row in summary.rows] for summary in summaries}
+    return plot_series(series, out, ttfa_target_s)
+
+
+def _summarize(entry: Entry) -> ProtocolSummary:
+    try:
+        return summarize_protocol(entry.label, entry.runs, entry.slo)
+    except ValueError as exc:  # a record slimmed before chunks were kept, or joined records that overlap
+        raise SystemExit(f"{entry.source}: {exc}") from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.protocol_report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("records", nargs="+", metavar="RECORD", help="results folder or record file; A+B joins two")
+    parser.add_argument("--labels", nargs="+", help="one name per RECORD (a record of modes: LABEL MODE)")
+    parser.add_argument("--baseline", help="an entry's label: every 99 %% capacity is also given as a multiple of it")
+    parser.add_argument("--out", required=True, help="output folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    entries, closed = load_entries(args.records, args.labels)
+    if args.baseline and args.baseline not in [entry.label for entry in entries]:
+        raise SystemExit(f"--baseline {args.baseline!r} names no entry; entries: {[e.label for e in entries]}")
+    summaries = [_summarize(entry) for entry in entries]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "protocol.md").write_text(markdown(summaries, entries, args.baseline, closed), encoding="utf-8")
+    (out / "protocol.json").write_text(json.dumps(report_json(summaries, entries, closed), indent=1) + "\n",
+                                       encoding="utf-8")
+    pngs = write_plots(summaries, out, entries[0].slo.ttfa_target_s) if entries else []
+    print(f"wrote {out / 'protocol.md'}, {out / 'protocol.json'} and {len(pngs)} plots", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

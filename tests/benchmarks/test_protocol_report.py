@@ -1,0 +1,171 @@
+"""The protocol's report from synthetic sweep records whose requests' fates are set by rate, seed and arrival."""
+
+import json
+
+import pytest
+
+from benchmarks.cli import main as cli_main
+from benchmarks.metrics import SloSpec
+from benchmarks.protocol import summarize_protocol
+from benchmarks.protocol_report import main
+from benchmarks.record import main as record_main, slim_record
+from tests.benchmarks.fake_speech_server import FakeBehavior, FakeSpeechServer
+from tests.benchmarks.synthetic_record import FAIL, LATE, ON_TIME, REJECT, STALL, synthetic_record
+
+RATES = [24.0, 32.0, 40.0, 48.0, 56.0, 64.0, 80.0]
+PNGS = ("attainment.png", "ttfa_p99.png", "goodput.png")
+
+
+def collapsing_server(rate, seed, position):
+    """On time up to 40 req/s; at 48 the last 5 % of each window late (a queue growing); then refusals and
+    failures."""
+    if rate <= 40:
+        return ON_TIME
+    if rate == 48:
+        return LATE if position >= 0.95 else ON_TIME
+    if rate == 56:
+        return REJECT if position < 0.5 else ON_TIME
+    if rate == 64:
+        return REJECT if seed == 0 else ON_TIME
+    return FAIL if position < 0.25 else STALL if position >= 0.75 else ON_TIME
+
+
+def write(tmp_path, name, record):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "record.json").write_text(json.dumps(record))
+    return str(tmp_path / name)
+
+
+def test_capacity_stability_and_goodput_at_multiples_of_capacity():
+    record = synthetic_record(RATES, window_s=6.0, fate=collapsing_server)
+    summary = summarize_protocol("ours", record["runs"], SloSpec())
+    rows = {row.rate: row for row in summary.rows}
+    assert [row.rate for row in summary.rows] == RATES and all(row.seeds == (0, 1, 2) for row in summary.rows)
+    assert all(rows[r].pooled.attainment == 1.0 for r in (24, 32, 40))
+    assert 0.9 <= rows[48].pooled.attainment < 0.99 and rows[48].last_third < rows[48].first_third == 1.0
+    assert (summary.capacity["0.99"].rate, summary.capacity["0.90"].rate) == (40, 48)
+    assert not summary.capacity["0.99"].lower_bound
+    assert summary.unstable_rates == (48,)  # up to the 90 % capacity, only 48 drifts
+    assert rows[56].refused_share == pytest.approx(1 - rows[56].pooled.attainment) and rows[56].failed_share == 0
+    assert rows[56].refusal_p99_s == pytest.approx(0.003, abs=0.002) and rows[40].refusal_p99_s is None
+    assert rows[64].attainment_per_seed == (0.0, 1.0, 1.0) and rows[64].pooled.ttfa_p99_s < 0.2  # admitted ones
+    assert 0.2 < rows[80].failed_share < 0.3 and rows[80].pooled.num_stalled > 0
+    assert [(g.multiple, g.rate) for g in summary.goodput_at] == [(1.5, 64), (2.0, 80)]  # 60 lies between 56 and 64
+    at_two = summary.goodput_at[1]
+    assert at_two.goodput == pytest.approx(rows[80].pooled.num_met / 18)
+    assert at_two.share_of_capacity == pytest.approx(at_two.goodput / 40)
+
+
+def test_report_of_two_starts_and_a_baseline_full_and_slimmed(tmp_path, capsys):
+    fast = synthetic_record(RATES, window_s=6.0, fate=collapsing_server)
+    stock = synthetic_record(RATES[:3], window_s=6.0, fate=lambda rate, seed, position: LATE if rate > 24 else ON_TIME,
+                             server="stock")
+    dirs = [write(tmp_path, "start1", fast), write(tmp_path, "start2", slim_record(json.loads(json.dumps(fast)))),
+            write(tmp_path, "stock", stock)]
+    out = tmp_path / "report"
+    assert main([*dirs, "--labels", "ours 1", "ours 2", "stock", "--baseline", "stock", "--out", str(out)]) == 0
+    table = (out / "protocol.md").read_text()
+    assert "| ours 1 | 48 | 40 | " in table and "| stock | 0 | 0 |" not in table and "| stock | 24 | 24 |" in table
+    assert "1.7×" in table and "off by > 1 point at 48" in table and "#### ours 2" in table
+    full, slim, base = json.loads((out / "protocol.json").read_text())["entries"]
+    assert [e["label"] for e in (full, slim, base)] == ["ours 1", "ours 2", "stock"]
+    assert full["capacity"] == slim["capacity"] == {"0.90": {"rate": 48, "lower_bound": False},
+                                                    "0.99": {"rate": 40, "lower_bound": False}}
+    for a, b in zip(full["rates"], slim["rates"]):  # a slimmed record gives the same figures, TTFA to 0.1 ms
+        assert (a["attainment"], a["num_stalled"], a["third_drift_points"]) == \
+               (b["attainment"], b["num_stalled"], b["third_drift_points"])
+        assert a["ttfa_p99_admitted_s"] == pytest.approx(b["ttfa_p99_admitted_s"], abs=1e-4)
+    for png in PNGS:
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_capacity_no_probed_rate_missed_is_a_lower_bound(tmp_path):
+    record = synthetic_record([8.0, 16.0], window_s=6.0, fate=lambda rate, seed, position: ON_TIME)
+    out = tmp_path / "report"
+    assert main([write(tmp_path, "r", record), "--out", str(out)]) == 0
+    assert "| ours | ≥ 16 | ≥ 16 |" in (out / "protocol.md").read_text()
+    (entry,) = json.loads((out / "protocol.json").read_text())["entries"]
+    assert entry["capacity"]["0.99"] == {"rate": 16, "lower_bound": True}
+    assert entry["goodput_at_capacity_multiples"] == []
+
+
+def test_a_record_of_modes_gives_one_entry_per_mode_and_labels_must_differ(tmp_path):
+    one = synthetic_record([8.0], window_s=4.0, fate=lambda rate, seed, position: ON_TIME)
+    record = {**one, "modes": {"lanes": {"runs": one["runs"]}, "vllm-stock": {"runs": one["runs"]}}}
+    folder = write(tmp_path, "modes", record)
+    out = tmp_path / "report"
+    assert main([folder, "--labels", "start 1", "--out", str(out)]) == 0
+    labels = [e["label"] for e in json.loads((out / "protocol.json").read_text())["entries"]]
+    assert labels == ["start 1 lanes", "start 1 vllm-stock"]
+    with pytest.raises(SystemExit, match="share a label"):
+        main([write(tmp_path, "a", one), write(tmp_path, "b", one), "--out", str(out)])
+
+
+def level(concurrency, p50):
+    return {"concurrency": concurrency, "num_requests": 64, "num_completed": 63, "num_rejected": 0, "num_failed": 1,
+            "num_met": 60, "wall_s": 10.0, "ttfa_p50_s": p50, "ttfa_p95_s": 2 * p50, "ttfa_p99_s": 3 * p50,
+            "ttfa_mean_s": p50, "rtf_p50": 0.2, "rtf_mean": 0.25, "audio_s_per_wall_s": 40.0, "requests_per_s": 6.3}
+
+
+def test_a_closed_loop_record_adds_a_table_of_ttfa_per_level(tmp_path):
+    closed = {"kind": "concurrency", "server": "vllm-omni", "commit": "0123abcdef", "strategy": "concurrency",
+              "levels": [level(1, 0.3), level(32, 8.4)], "runs": []}
+    sweep = synthetic_record([8.0], window_s=4.0, fate=lambda rate, seed, position: ON_TIME)
+    out = tmp_path / "report"
+    assert main([write(tmp_path, "sweep", sweep), write(tmp_path, "closed", closed), "--out", str(out)]) == 0
+    table = (out / "protocol.md").read_text()
+    assert "| ours | ≥ 8 | ≥ 8 |" in table
+    assert "| vllm-omni | 1 | 300 ms | 600 ms | 900 ms | 0.250 | 40.0 | 63/64 | 0123abc |" in table
+    assert "| vllm-omni | 32 | 8400 ms | 16800 ms |" in table
+    report = json.loads((out / "protocol.json").read_text())
+    assert [e["label"] for e in report["entries"]] == ["ours"]
+    assert [lv["concurrency"] for lv in report["concurrency"][0]["levels"]] == [1, 32]
+    only = tmp_path / "only"
+    assert main([str(tmp_path / "closed"), "--out", str(only)]) == 0  # a closed-loop record alone: no rate plots
+    assert (only / "protocol.md").read_text().startswith("TTFA with a fixed number") and not (only / PNGS[0]).exists()
+
+
+def test_a_record_slimmed_before_chunks_were_kept_is_refused_by_name(tmp_path):
+    record = synthetic_record([8.0], window_s=4.0, fate=lambda rate, seed, position: ON_TIME)
+    for run in record["runs"]:
+        for request in run["requests"]:
+            request["first_audio_s"] = request.pop("chunk_times_s")[0]
+            request["num_chunks"] = len(request.pop("chunk_audio_bytes"))
+    folder = write(tmp_path, "old", record)
+    with pytest.raises(SystemExit, match=f"{folder}: .*slimmed without chunk times"):
+        main([folder, "--out", str(tmp_path / "report")])
+
+
+@pytest.mark.slow
+def test_a_sweep_against_the_fake_server_reports_the_same_from_its_full_and_its_slimmed_record(tmp_path):
+    """The report recomputes what the sweep measured: stalls, refusals and attainment per rate, also once slimmed."""
+    workload = tmp_path / "texts.txt"
+    workload.write_text("plain words\na STALL here\nREJECT it\nanother plain one\n")
+    full_dir = tmp_path / "full"
+    with FakeSpeechServer(FakeBehavior(header_gap_s=0.01)) as server:
+        assert cli_main(["sweep", "--base-url", server.base_url, "--workload", str(workload), "--rates", "4,8",
+                         "--window-s", "2", "--seeds", "0,1", "--warmup", "0", "--response-format", "wav",
+                         "--stop-fraction", "0", "--out", str(full_dir), "--no-progress"]) == 0
+    assert record_main(["--slim", str(full_dir), str(tmp_path / "slim")]) == 0
+    out = tmp_path / "report"
+    assert main([str(full_dir), str(tmp_path / "slim"), "--labels", "full", "slim", "--out", str(out)]) == 0
+    full, slim = json.loads((out / "protocol.json").read_text())["entries"]
+    measured = json.loads((full_dir / "record.json").read_text())["summaries"]
+    for rate, a, b in zip(measured, full["rates"], slim["rates"]):
+        assert rate["num_stalled"] == a["num_stalled"] == b["num_stalled"] > 0
+        assert rate["attainment"] == a["attainment"] == b["attainment"]
+        assert a["refused_share"] == b["refused_share"] == rate["num_rejected"] / rate["num_requests"] > 0
+
+
+def test_a_sweep_and_its_overload_rates_join_into_one_entry(tmp_path):
+    sweep = synthetic_record(RATES[:4], window_s=6.0, fate=collapsing_server)
+    overload = synthetic_record([60.0, 80.0], seeds=(0,), window_s=6.0, fate=collapsing_server, rng_seed=1)
+    out = tmp_path / "report"
+    (tmp_path / "overload.json").write_text(json.dumps(overload))
+    joined = write(tmp_path, "sweep", sweep) + "+" + str(tmp_path / "overload.json")
+    assert main([joined, "--labels", "defaults", "--out", str(out)]) == 0
+    (entry,) = json.loads((out / "protocol.json").read_text())["entries"]
+    assert [r["rate"] for r in entry["rates"]] == [24, 32, 40, 48, 60, 80] and entry["rates"][-1]["seeds"] == [0]
+    assert [(g["multiple"], g["rate"]) for g in entry["goodput_at_capacity_multiples"]] == [(1.5, 60), (2.0, 80)]
+    with pytest.raises(SystemExit, match="two runs of 24 req/s with seed 0"):
+        main([joined + "+" + str(tmp_path / "sweep"), "--out", str(out)])
