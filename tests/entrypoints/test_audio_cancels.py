@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("vllm")
 from vllm_voxserve.contract import CANCEL_RPC_METHOD as CANCEL_RPC  # noqa: E402
+from vllm_voxserve.entrypoints.rank_choice import RankChoice  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import AudioCancels, SpeechService  # noqa: E402
 from vllm_voxserve.transport import AUDIO, END  # noqa: E402
 
@@ -93,6 +94,7 @@ def test_a_failing_call_is_logged_and_later_departures_still_go(caplog):
 def make_service(engine):
     service = SpeechService.__new__(SpeechService)  # no checkpoint needed for synthesize()
     service.engine_client, service.receiver, service.cancels = engine, FakeReceiver(), AudioCancels(engine)
+    service.ranks = RankChoice(1)
     return service
 
 

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from vllm_voxserve.config import VoxServeConfig  # noqa: E402
 from vllm_voxserve.entrypoints import speech_plugin  # noqa: E402
+from vllm_voxserve.entrypoints.rank_choice import RankChoice  # noqa: E402
 from vllm_voxserve.entrypoints.speech_request import SpeechRequest  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import (  # noqa: E402
     Overloaded,
@@ -91,6 +92,7 @@ def test_service_turns_the_schedulers_rejection_into_overloaded():
     async def run():
         service = SpeechService.__new__(SpeechService)  # no checkpoint needed for synthesize()
         service.engine_client = RejectingEngine()
+        service.ranks = RankChoice(1)
         service.receiver = AudioReceiver()
         service.start()
         job = types.SimpleNamespace(stream_key="k1", ref_audio=b"")

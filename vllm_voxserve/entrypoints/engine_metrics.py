@@ -13,6 +13,7 @@ import logging
 import os
 import time
 
+from vllm_voxserve.compat import collective_rpc_per_rank
 from vllm_voxserve.contract import STATS_RPC_METHOD
 
 logger = logging.getLogger(__name__)
@@ -80,17 +81,37 @@ class EngineSpeechCollector:
         yield rate
 
 
+def merge_rank_snapshots(snapshots: list[dict]) -> dict:
+    """One snapshot of several data-parallel ranks' counters: their sums, busy seconds averaged so that a busy
+    fraction stays the share of time the ranks' lanes were busy (each rank has its own GPU and lanes)."""
+    if len(snapshots) == 1:
+        return snapshots[0]
+    batches: dict[str, dict[str, int]] = {}
+    busy: dict[str, float] = {}
+    for snapshot in snapshots:
+        for lane, counts in snapshot["codec_batches"].items():
+            merged = batches.setdefault(lane, {})
+            for size, n in counts.items():
+                merged[size] = merged.get(size, 0) + n
+        for lane, seconds in snapshot["codec_busy_s"].items():
+            busy[lane] = busy.get(lane, 0.0) + seconds / len(snapshots)
+    return {"codec_batches": batches, "codec_busy_s": busy,
+            "backbone_frames": sum(s["backbone_frames"] for s in snapshots),
+            "backbone_busy_s": sum(s.get("backbone_busy_s", 0.0) for s in snapshots) / len(snapshots)}
+
+
 async def poll_engine_stats(engine_client, collector: EngineSpeechCollector,
                             interval_s: float = POLL_INTERVAL_S) -> None:
-    """Forever: the first worker's counters into `collector` (every worker runs the same steps; summing them would
-    count a tensor-parallel step once per GPU). A failed call is logged once and retried."""
+    """Forever: each data-parallel rank's first worker's counters, merged, into `collector` (the workers of one
+    rank run the same steps: summing them would count a tensor-parallel step once per GPU). A failed call is logged
+    once and retried; a snapshot is taken only when every rank answered."""
     failing = False
     while True:
         try:
-            replies = await engine_client.collective_rpc(STATS_RPC_METHOD)
-            reply = replies[0] if replies else {}
-            if reply.get("status") == 200:
-                collector.update(reply["stats"], time.monotonic())
+            per_rank = await collective_rpc_per_rank(engine_client, STATS_RPC_METHOD)
+            replies = [replies[0] if replies else {} for replies in per_rank]
+            if replies and all(reply.get("status") == 200 for reply in replies):
+                collector.update(merge_rank_snapshots([reply["stats"] for reply in replies]), time.monotonic())
             failing = False
         except asyncio.CancelledError:
             raise

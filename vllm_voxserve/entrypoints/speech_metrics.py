@@ -75,6 +75,9 @@ class SpeechMetrics:
         self.refused = Counter("vllm:voxserve_requests_refused",
                                "Speech requests answered without audio, by reason (invalid: 400, too_large: 413, "
                                "overloaded: 503, failed: 500).", [*labels, "reason"])
+        self.rank_retries = Counter("vllm:voxserve_rank_retries",
+                                    "Speech requests a data-parallel rank refused that were sent to another rank.",
+                                    labels)
         self.running_streams = Gauge("vllm:voxserve_running_streams",
                                      "Speech requests accepted and not yet ended (streamed or whole-file).", labels,
                                      multiprocess_mode="livesum")
@@ -83,6 +86,9 @@ class SpeechMetrics:
 
     def refuse(self, reason: str) -> None:
         self.refused.labels(self.model_name, reason).inc()
+
+    def retried_on_another_rank(self) -> None:
+        self.rank_retries.labels(self.model_name).inc()
 
     def first_audio(self, waited_s: float) -> None:
         self.ttfa.labels(self.model_name).observe(waited_s)

@@ -19,6 +19,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from vllm_voxserve.compat import collective_rpc_per_rank
 from vllm_voxserve.config import process_config
 from vllm_voxserve.contract import MODE_RPC_METHOD, SAMPLE_RATE
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
@@ -226,12 +227,15 @@ async def _admin_gate(raw: Request, with_body: bool) -> dict | JSONResponse | No
 
 
 async def _codec_mode_rpc(raw: Request, mode: str | None):
-    """Ask every worker (one per GPU of the engine) through vLLM's collective_rpc; all must agree."""
+    """Ask every worker (one per GPU of each data-parallel rank's engine) through vLLM's collective_rpc; all must
+    agree. A rank that refuses a switch (409 while it serves) keeps its mode while the others switch: the answer says
+    so, and the same call again switches the rest once they are idle."""
     service = _service(raw)
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
     try:
-        replies = await service.engine_client.collective_rpc(MODE_RPC_METHOD, args=(mode,))
+        per_rank = await collective_rpc_per_rank(service.engine_client, MODE_RPC_METHOD, args=(mode,))
+        replies = [reply for rank_replies in per_rank for reply in rank_replies]
     except Exception as exc:  # the engine died or a worker raised: report it, keep the API server up
         logger.exception("codec mode rpc failed")
         return _error(500, f"codec mode rpc failed: {exc}", "server_error")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vllm_voxserve.compat import data_parallel_ranks
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.contract import (
     CANCEL_RPC_METHOD,
@@ -42,7 +43,9 @@ from vllm_voxserve.models.qwen3_tts.tokenizer import (
 )
 from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, new_stream_key
 
+from .rank_choice import RankChoice
 from .reference_encoding import ReferenceEncoder
+from .speech_metrics import SpeechMetrics
 from .speech_request import SpeechRequest, decode_reference_audio
 from .voice_store import VoiceStore
 
@@ -97,6 +100,8 @@ class SpeechService:
         gen_path = Path(model_path) / "generation_config.json"
         self.generation_defaults = json.loads(gen_path.read_text()) if gen_path.exists() else {}
         self.receiver = AudioReceiver()
+        # the data-parallel ranks this server steers requests to (1: vLLM routes, or there is one engine)
+        self.ranks = RankChoice(data_parallel_ranks(engine_client))
         self.cancels = AudioCancels(engine_client)
         # Base: reference clips are encoded here, off the engine's step loop (reference_encoding.py)
         self.references = ReferenceEncoder(model_path) if self.tables.model_type == "base" else None
@@ -269,29 +274,62 @@ class SpeechService:
 
     async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue,
                           usage: SpeechUsage) -> None:
+        """The request on the rank `self.ranks` picks; a rank's refusal sends it to the next untried rank, and only
+        the last rank's refusal reaches the client (`REJECTED`, with the soonest Retry-After of all)."""
+        tried: set[int] = set()
+        soonest_retry_s = math.inf
+        rank = self.ranks.pick(time.monotonic())
+        while True:
+            self.ranks.opened(rank)
+            refused = False
+            try:
+                rejection = await self._generate(prompt_ids, params, request_id if not tried else
+                                                 f"{request_id}-rank{rank}", rank, queue, usage)
+                if rejection is None:
+                    return
+                refused = True
+                self.ranks.refused(rank, time.monotonic(), rejection[1])
+            finally:
+                if not refused:
+                    self.ranks.closed(rank)
+            tried.add(rank)
+            soonest_retry_s = min(soonest_retry_s, rejection[1])
+            rank = self.ranks.pick(time.monotonic(), tried)
+            if rank is None:
+                queue.put_nowait((REJECTED, (rejection[0], soonest_retry_s)))
+                return
+            SpeechMetrics.get(self.served_models[0]).retried_on_another_rank()
+            params = params.clone()  # one SamplingParams per engine request
+
+    async def _generate(self, prompt_ids: list[int], params, request_id: str, rank: int, queue: asyncio.Queue,
+                        usage: SpeechUsage) -> tuple[str, float] | None:
+        """One engine request on `rank`: its scheduler's rejection (reason, retry_after_s), or None when it ran (its
+        end, failure or error is in `queue`); returns only once its audio has had time to end."""
+        steer = {"data_parallel_rank": rank} if self.ranks.num_ranks > 1 else {}
         try:
-            async for output in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id):
+            async for output in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id,
+                                                            **steer):
                 if output.outputs:  # DELTA outputs: the tokens new since the last one
                     usage.output_tokens += len(output.outputs[0].token_ids)
                 rejection = _rejection(output)
                 if rejection is not None:  # finished by the scheduler before it started: no audio will come
-                    queue.put_nowait((REJECTED, rejection))
-                    return
+                    return rejection
                 failure = _failure(output)
                 if failure is not None:  # the worker failed it (its audio stream usually says so first)
                     queue.put_nowait((ERROR, failure))
-                    return
+                    return None
         except asyncio.CancelledError:
             raise
         except ValueError as exc:  # vLLM's input checks (e.g. prompt + max_new_tokens past --max-model-len)
             queue.put_nowait((INVALID, str(exc)))
-            return
+            return None
         except Exception as exc:  # the engine's own errors reach the client as a failed synthesis
             queue.put_nowait((ERROR, f"engine error: {type(exc).__name__}: {exc}"))
-            return
+            return None
         finished = time.monotonic()
         await asyncio.sleep(AUDIO_END_TIMEOUT_S)
         queue.put_nowait((ERROR, f"audio did not finish {time.monotonic() - finished:.0f} s after the request did"))
+        return None
 
 
 class AudioCancels:
