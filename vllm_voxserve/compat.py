@@ -145,47 +145,40 @@ def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
 
 
 def data_parallel_ranks(engine_client) -> int:
-    """Targets: `AsyncLLM.generate(..., data_parallel_rank=)` (0.26.0 v1/engine/async_llm.py) and the API server's
-    `ParallelConfig` (`data_parallel_size`, `data_parallel_external_lb`, `data_parallel_hybrid_lb`).
+    """Targets: `AsyncLLM.generate(data_parallel_rank=)` and the API server's `ParallelConfig` (0.26.0 to 0.32.0).
 
-    Why: the speech endpoint chooses each request's rank and retries a refused one on another rank
-    (`entrypoints.rank_choice`), which needs the ranks this API server reaches and a way to steer a request. That is
-    `data_parallel_size` with vLLM's internal load balancing; with external or hybrid balancing a front end reaches
-    its own engines only and vLLM routes. 1 (vLLM routes, no retry) where either is missing.
+    Why: the endpoint steers each request to a rank and retries a refused one on another (`entrypoints.rank_choice`).
+    It reaches all `data_parallel_size` ranks under vLLM's internal load balancing only; with external or hybrid
+    balancing, or without the parameter, it returns 1: vLLM routes and nothing is retried.
     """
     parallel = getattr(getattr(engine_client, "vllm_config", None), "parallel_config", None)
     size = getattr(parallel, "data_parallel_size", 1) or 1
     if size < 2 or getattr(parallel, "data_parallel_external_lb", False) or getattr(
             parallel, "data_parallel_hybrid_lb", False):
         return 1
-    generate = getattr(engine_client, "generate", None)
     try:
-        steerable = generate is not None and "data_parallel_rank" in inspect.signature(generate).parameters
-    except (TypeError, ValueError):
+        steerable = "data_parallel_rank" in inspect.signature(engine_client.generate).parameters
+    except (AttributeError, TypeError, ValueError):
         steerable = False
     return size if steerable else 1
 
 
 async def collective_rpc_per_rank(engine_client, method: str, args: tuple = ()) -> list[list]:
-    """Every data-parallel rank's `collective_rpc` replies (one list per rank, one reply per worker).
+    """Every data-parallel rank's `collective_rpc` replies: one list per rank, one reply per worker.
 
-    Target: `DPLBAsyncMPClient` (0.26.0 v1/engine/core_client.py): its `call_utility_async`, under
-    `AsyncLLM.collective_rpc`, runs the call on every engine but returns the first engine's replies only; its
-    `core_engines` and `_call_utility_async(method, *args, engine=)` reach one engine.
-
-    Why: a mode switch must report a rank that refused it (409 while requests run, 503 without memory), and /metrics
-    must count every rank's codec work, not rank 0's. Without those attributes (one engine, or another client),
-    `collective_rpc`'s own answer is the only rank's.
+    Target: `DPLBAsyncMPClient` (v1/engine/core_client.py, 0.26.0 to 0.32.0): its `collective_rpc` runs on every
+    engine but returns the first engine's replies; `core_engines` and `_call_utility_async(..., engine=)` reach one.
+    Why: a mode switch must report the rank that refused it (409 while it serves) and /metrics must count every
+    rank's codec work. Without those attributes `collective_rpc`'s own answer stands for the only rank.
     """
     import asyncio
 
     core = getattr(engine_client, "engine_core", None)
-    engines = getattr(core, "core_engines", None)
-    call_one = getattr(core, "_call_utility_async", None)
+    engines, call_one = getattr(core, "core_engines", None), getattr(core, "_call_utility_async", None)
     if data_parallel_ranks(engine_client) < 2 or not engines or len(engines) < 2 or call_one is None:
         return [await engine_client.collective_rpc(method, args=args)]
-    calls = [call_one("collective_rpc", method, None, args, None, engine=engine) for engine in engines]
-    return list(await asyncio.gather(*calls))
+    return list(await asyncio.gather(*(call_one("collective_rpc", method, None, args, None, engine=engine)
+                                       for engine in engines)))
 
 
 # Target: the `ModelRunnerOutput` a worker step returns (0.26.0 v1/outputs.py), which vLLM passes unchanged to

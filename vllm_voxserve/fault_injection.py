@@ -6,6 +6,8 @@ Off unless the server's own environment sets `VOXSERVE_TEST_FAULT` (a client can
 - `step`: while it writes the request's rows of a step, once the request has FRAME frames (default 0);
 - `send`: while it hands a chunk of the request's audio to the audio channel.
 `VOXSERVE_TEST_SLOW_REFERENCE_S=SECONDS` makes every reference-clip encoding take that much longer (Base).
+`VOXSERVE_TEST_REFUSE=RANK:SEED` makes the scheduler of data-parallel rank RANK refuse the request whose seed is SEED
+on arrival, as its capacity model refuses one it has no room for.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 FAULT_ENV = "VOXSERVE_TEST_FAULT"
 SLOW_REFERENCE_ENV = "VOXSERVE_TEST_SLOW_REFERENCE_S"
+REFUSE_ENV = "VOXSERVE_TEST_REFUSE"
 STAGES = ("start", "step", "send")
 
 
@@ -55,3 +58,22 @@ def sleep_if_slowed(environ: Mapping[str, str] = os.environ) -> None:
     delay = slow_reference_delay(environ)
     if delay > 0:
         time.sleep(delay)
+
+
+@dataclass(frozen=True)
+class RefusalPlan:
+    rank: int
+    seed: int
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> RefusalPlan | None:
+        value = environ.get(REFUSE_ENV, "").strip()
+        if not value:
+            return None
+        parts = value.split(":")
+        if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"{REFUSE_ENV} must be RANK:SEED, got {value!r}")
+        return cls(int(parts[0]), int(parts[1]))
+
+    def refuses(self, rank: int, seed: int | None) -> bool:
+        return rank == self.rank and seed == self.seed

@@ -23,6 +23,7 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm_voxserve.compat import STEP_REPORT_ATTR, attach_step_report  # noqa: E402
 from vllm_voxserve.config import as_additional_config  # noqa: E402
 from vllm_voxserve.contract import RequestProgress, StepReport, decode_failure, decode_rejection  # noqa: E402
+from vllm_voxserve.fault_injection import REFUSE_ENV  # noqa: E402
 from vllm_voxserve.scheduler.adapter import SpeechAsyncScheduler, SpeechScheduler, make_scheduler  # noqa: E402
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost  # noqa: E402
 from vllm_voxserve.scheduler.planner import Planner  # noqa: E402
@@ -243,6 +244,22 @@ def test_overloaded_arrival_is_finished_with_a_rejection_the_endpoint_can_read()
     retry_after, reason = decode_rejection(rejected.stop_reason)
     assert retry_after >= 1.0 and "first audio" in reason
     assert step(scheduler, clock)[0] == {"a"}  # a is unaffected
+
+
+def test_the_test_refusal_refuses_its_seed_on_its_rank_only(monkeypatch):
+    monkeypatch.setenv(REFUSE_ENV, "0:7")
+    scheduler, clock = build()  # overload shedding off: only the test refusal refuses
+    assert scheduler.rank == 0
+    scheduler.add_request(speech_request("other", clock, seed=8))
+    scheduler.add_request(speech_request("refused", clock, seed=7))
+    assert set(scheduler.to_reject) == {"refused"} and "other" in scheduler.held
+    _, _, outputs = step(scheduler, clock)
+    [rejected] = [o for eco in outputs.values() for o in eco.outputs if o.request_id == "refused"]
+    assert "rank 0 refused it" in decode_rejection(rejected.stop_reason)[1]
+    monkeypatch.setenv(REFUSE_ENV, "1:7")
+    scheduler, clock = build()
+    scheduler.add_request(speech_request("served", clock, seed=7))
+    assert not scheduler.to_reject
 
 
 def test_requests_without_a_speech_job_pass_through():

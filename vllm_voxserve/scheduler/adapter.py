@@ -42,6 +42,7 @@ from vllm_voxserve.contract import (
     encode_rejection,
     expected_frames_of,
 )
+from vllm_voxserve.fault_injection import RefusalPlan
 from vllm_voxserve.scheduler.admission import first_fit, within_stream_limit
 from vllm_voxserve.scheduler.overload import SHED_WAITING, OverloadGuard, Rejection
 from vllm_voxserve.scheduler.planner import Planner
@@ -77,6 +78,10 @@ class SpeechPolicyMixin:
         self.to_reject: dict[str, Rejection] = {}  # to finish at the next schedule()
         self.rejected: list[tuple[Request, Rejection]] = []  # finished, output not yet sent
         self.last_plan = None
+        # this engine's data-parallel rank (vLLM sets the index in each rank's engine-core process)
+        parallel = self.vllm_config.parallel_config
+        self.rank = getattr(parallel, "data_parallel_index", parallel.data_parallel_rank)
+        self.refusal_plan = RefusalPlan.from_env()  # tests only (`fault_injection`)
         # The policy's own host time per step, in the engine core's one thread beside vLLM's and the worker's
         # (with one GPU the worker runs in this process): logged like the worker's step host time.
         self.host_times = StepHostTimes(title="voxserve scheduler host time")
@@ -113,6 +118,9 @@ class SpeechPolicyMixin:
         if waiting is None:
             return
         rejection = self._check_arrival(now, waiting, request) if self.held or self._busy() else None
+        if self.refusal_plan is not None and self.refusal_plan.refuses(self.rank, self._seed(request)):
+            rejection = Rejection(request.request_id, self.speech_policy.min_retry_after_s,
+                                  f"rank {self.rank} refused it (test refusal)")
         if rejection is not None:
             self.to_reject[request.request_id] = rejection
         else:
@@ -134,6 +142,10 @@ class SpeechPolicyMixin:
         rejection = guard.check_arrival(now, moved(waiting), [moved(s) for s in streams], [moved(w) for w in held])
         self.planner.overload.decisions.update(guard.decisions)
         return rejection
+
+    def _seed(self, request: Request) -> int | None:
+        return (((request.sampling_params.extra_args if request.sampling_params else None) or {}).get(JOB_KEY)
+                or {}).get("seed")
 
     def _slo_s(self, request: Request) -> float:
         job = ((request.sampling_params.extra_args if request.sampling_params else None) or {}).get(JOB_KEY) or {}
