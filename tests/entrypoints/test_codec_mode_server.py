@@ -52,7 +52,7 @@ def switch(url: str, mode: str) -> requests.Response:
 def test_switching_to_lanes_streams_the_same_audio(server):
     assert MODE_RPC_METHOD == "voxserve_codec_mode"  # the name the API server's routes call
     listed = ["inline", "lanes", "vllm-stock", "inline+prefill_first", "lanes+prefill_first"]
-    assert modes(server) == {"modes": listed, "current": "inline"}
+    assert modes(server) == {"modes": listed, "current": "inline", "ranks": 1}
     inline, _ = stream_pcm(server)
     jobs = [dict(seed=20 + i, max_new_tokens=14 + 6 * i, voice=v) for i, v in enumerate(["vivian", "aiden", "eric"])]
     inline_alone = [stream_pcm(server, **job)[0] for job in jobs]

@@ -111,7 +111,13 @@ def test_clients_leaving_free_their_ranks_codec_slots(two_ranks, one_engine_audi
     assert time.monotonic() - started < 120
 
 
-def test_the_mode_route_answers_with_two_ranks(two_ranks):
-    response = requests.get(f"{two_ranks}/voxserve/modes", timeout=60)
-    assert response.status_code == 200, response.text
-    assert response.json()["current"] in response.json()["modes"]
+def test_a_mode_switch_reaches_both_ranks(two_ranks):
+    modes = requests.get(f"{two_ranks}/voxserve/modes", timeout=60).json()
+    assert modes["ranks"] == 2
+    original = modes["current"]
+    other = f"{original}+prefill_first"  # the admission mode: each rank's scheduler switches
+    assert other in modes["modes"]
+    for mode in (other, original):
+        switched = requests.post(f"{two_ranks}/voxserve/mode", json={"mode": mode}, timeout=60)
+        assert switched.status_code == 200, switched.text  # every rank agrees on the new mode
+        assert switched.json() == {**modes, "current": mode}

@@ -247,7 +247,7 @@ async def _codec_mode_rpc(raw: Request, mode: str | None):
     currents = {r["current"] for r in replies}
     if len(currents) != 1:
         return _error(500, f"workers disagree on the codec mode: {sorted(currents)}", "server_error")
-    return {"modes": replies[0]["modes"], "current": replies[0]["current"]}
+    return {"modes": replies[0]["modes"], "current": replies[0]["current"], "ranks": len(per_rank)}
 
 
 @router.get("/voxserve/modes")
