@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from vllm_voxserve.scheduler.capacity import CapacityModel
-from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, LimitSettings
+from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, StreamEvidence, limit_settings
 from vllm_voxserve.scheduler.costs import CostModel
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
@@ -106,9 +106,10 @@ class OverloadGuard:
         self.decisions: Counter[str] = Counter()
         self._demand: FrameDemand | None = None
         self._demand_at = 0.0
-        self._owns_limit = limit is None
         self.limit = limit if limit is not None else (
-            ConcurrencyLimit(LimitSettings(cfg.ttfa_target_s), self.schedule) if cfg.feedback_limit else None)
+            ConcurrencyLimit(limit_settings(cfg)) if cfg.feedback_limit else None)
+        # the guard that made the limit keeps it up to date from the streams it sees
+        self._evidence = StreamEvidence(self.limit, self.schedule) if limit is None and self.limit else None
 
     @property
     def enabled(self) -> bool:
@@ -168,8 +169,8 @@ class OverloadGuard:
     ) -> FrameDemand:
         if self._demand is None or now - self._demand_at >= self.cfg.demand_refresh_s or now < self._demand_at:
             self._demand, self._demand_at = self.frame_demand(now, streams, waiting), now
-            if self.limit is not None and self._owns_limit:
-                self.limit.observe(now, streams, in_progress(streams, waiting))
+            if self._evidence is not None:
+                self._evidence.observe(now, streams, in_progress(streams, waiting))
         return self._demand
 
     def check_arrival(
