@@ -16,7 +16,9 @@ from the cost model and the measured step interval, both updated online.
   running streams their deadlines and still miss.
 - Before either rule, with `feedback_limit`, refuse an arrival past the limit on requests in progress that
   `concurrency_limit.ConcurrencyLimit` learns from the first audio actually delivered: the rules above trust the
-  cost model, the limit bounds what its errors admit.
+  cost model, the limit bounds what its errors admit. Each API server holds the same rule over its own requests
+  (`entrypoints/edge_admission.py`), on what it delivers; this one still guards what reaches the engine (from
+  several API servers, for one).
 
 The streams' demand is computed at most every `demand_refresh_s` (it walks every stream for every horizon, in the
 engine's one thread); requests accepted in between add theirs to it. `decisions` counts what was decided and why,
@@ -106,10 +108,11 @@ class OverloadGuard:
         self.decisions: Counter[str] = Counter()
         self._demand: FrameDemand | None = None
         self._demand_at = 0.0
-        self.limit = limit if limit is not None else (
-            ConcurrencyLimit(limit_settings(cfg)) if cfg.feedback_limit else None)
-        # the guard that made the limit keeps it up to date from the streams it sees
-        self._evidence = StreamEvidence(self.limit, self.schedule) if limit is None and self.limit else None
+        self.limit = limit
+        self._evidence = None  # the guard that made the limit keeps it up to date from the streams it sees
+        if limit is None and cfg.feedback_limit:
+            self.limit = ConcurrencyLimit(limit_settings(cfg))
+            self._evidence = StreamEvidence(self.limit, self.schedule)
 
     @property
     def enabled(self) -> bool:
