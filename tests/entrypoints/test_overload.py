@@ -186,3 +186,43 @@ def test_real_server_rejects_what_cannot_meet_its_slo_and_serves_a_looser_one(tm
             assert relaxed.status_code == 200 and len(relaxed.content) == 7 * 1920 * 2
         finally:
             busy.close()
+
+
+class FinishingEngine:
+    """vLLM with FINAL_ONLY outputs: one output, when the request finished, holding every token; late on purpose,
+    after the request's audio has ended on the audio channel."""
+
+    def __init__(self, delay_s: float, tokens: int):
+        self.delay_s, self.tokens = delay_s, tokens
+
+    async def generate(self, prompt, params, request_id):
+        await asyncio.sleep(self.delay_s)
+        completion = types.SimpleNamespace(token_ids=list(range(self.tokens)), stop_reason=None, finish_reason="stop")
+        yield types.SimpleNamespace(finished=True, outputs=[completion])
+
+
+def test_the_usage_comes_from_the_final_output_even_when_it_trails_the_audio():
+    from vllm_voxserve.entrypoints.speech_service import SpeechUsage
+    from vllm_voxserve.transport import AudioSender
+
+    async def run():
+        service = SpeechService.__new__(SpeechService)
+        service.engine_client = FinishingEngine(delay_s=0.3, tokens=12)
+        service.receiver = AudioReceiver()
+        service.start()
+        sender = AudioSender()
+        job, usage = types.SimpleNamespace(stream_key="k2", ref_audio=b""), SpeechUsage()
+        try:
+            stream = service.synthesize(job, [0] * 7, None, usage)
+            first = asyncio.ensure_future(stream.__anext__())
+            await asyncio.sleep(0.05)  # the stream is open: its audio and END come before the engine's output
+            sender.send_audio(service.receiver.address, "k2", 0, np.zeros(1920, np.float32))
+            sender.send_end(service.receiver.address, "k2", 1)
+            chunks = [await first] + [chunk async for chunk in stream]
+        finally:
+            sender.close()
+            await service.receiver.aclose()
+        return chunks, usage
+
+    chunks, usage = asyncio.run(run())
+    assert len(chunks) == 1 and usage.as_dict() == {"input_tokens": 7, "output_tokens": 12, "total_tokens": 19}
