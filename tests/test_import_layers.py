@@ -47,7 +47,7 @@ MAY_IMPORT = {
     "vllm_patches": {"contract"},
     "engine_core": {"contract", "policy", "shared", "vllm_patches"},
     "worker": {"contract", "policy", "shared", "models", "codec_lanes", "vllm_patches"},
-    "api_server": {"contract", "shared", "models"},
+    "api_server": {"contract", "policy", "shared", "models"},  # the edge guard holds the policy's concurrency limit
     "plugin": {"contract", "shared", "models", "vllm_patches", "worker"},  # the config hook lives with the worker
     "package": set(),
 }
