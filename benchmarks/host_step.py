@@ -106,7 +106,7 @@ class _FrameSource:
 def time_after_forward(args, frames_per_request: int = 100) -> None:
     config = VoxServeConfig.from_dict({"codec_mode": "lanes", "max_codec_slots": 4 * args.rows})
     runtime = SpeechRuntime.__new__(SpeechRuntime)  # the per-step parts only: no checkpoint behind it
-    runtime.config, runtime.device, runtime._failed = config, torch.device("cpu"), set()
+    runtime.config, runtime.device, runtime._failed = config, torch.device("cpu"), {}
     runtime.pipeline = AudioPipeline(_NoCodec(), config, _NoSender(), torch.device("cpu"))
     runtime._init_report()
     runtime.model = source = _FrameSource(runtime, args.rows, frames_per_request)

@@ -21,7 +21,7 @@ _LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve (step|scheduler) host time over 
 _THREADS = re.compile(r"(\d\d:\d\d:\d\d).*voxserve threads, share of a CPU: (.*)$")
 _GC = re.compile(r"(\d\d:\d\d:\d\d).*voxserve gc collections: (.*)$")
 _SPREAD = re.compile(r"^(?P<name>[a-z_ /%]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
-_TALLY = re.compile(r"^admission (?P<reason>[a-z: ]+) (?P<n>\d+)$")  # the scheduler's admission decisions
+_TALLY = re.compile(r"^admission (?P<reason>[a-z: -]+) (?P<n>\d+)$")  # the scheduler's admission decisions
 _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
            "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",

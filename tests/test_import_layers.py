@@ -47,7 +47,8 @@ MAY_IMPORT = {
     "vllm_patches": {"contract"},
     "engine_core": {"contract", "policy", "shared", "vllm_patches"},
     "worker": {"contract", "policy", "shared", "models", "codec_lanes", "vllm_patches"},
-    "api_server": {"contract", "shared", "models", "vllm_patches"},  # vLLM's private DP client (compat)
+    # the edge guard holds the policy's concurrency limit; compat reaches vLLM's private data-parallel client
+    "api_server": {"contract", "policy", "shared", "models", "vllm_patches"},
     "plugin": {"contract", "shared", "models", "vllm_patches", "worker"},  # the config hook lives with the worker
     "package": set(),
 }

@@ -13,8 +13,12 @@
 #     overload start a sweep at the explicit RATES (one seed) in the background: goodput past capacity
 #     wait     wait for the background sweep until CALL_S (560) seconds after this script started, then copy its
 #              record, its log and the step log
+#     profile  py-spy the engine core's and the API server's Python stacks for PROFILE_S (10) seconds in the middle of
+#              a load at RATE req/s (one seed, WINDOW_S): where the host time of a step goes (py-spy among the
+#              carried wheels, see README)
 #     stop     stop the server
-# Results under $OUT: record_LABEL.json.xz (every request and chunk), sweep_LABEL.txt, step_log_LABEL.txt.
+# Results under $OUT: record_NAME.json.xz (every request and chunk), NAME.txt, step_log_LABEL.txt, serve_LABEL.log.xz
+# (the server's log without its access lines: the step log's every gauge), stacks_LABEL.tar.xz (profile).
 set -uo pipefail
 out=${OUT:?set OUT}; port=${PORT:-8000}; url=http://127.0.0.1:$port; work=${WORK:-/tmp/protocol}
 mode=${MODE:-voxserve}; label=${LABEL:-$mode}
@@ -37,6 +41,26 @@ wait_sweep() {  # name: until it ends or WAIT_S passes; then what it has so far
   [ -e "$work/$1/record.json" ] && xz -T0 -6 -c "$work/$1/record.json" > "$out/record_$1.json.xz"
   grep -v '"POST /v1/audio/speech HTTP/1.1" 200 OK' "$work/serve_$label/serve.log" > "$work/serve_$label.log"
   python3 -m benchmarks.step_log "$work/serve_$label.log" > "$out/step_log_$label.txt" 2>&1
+  xz -T0 -6 -c "$work/serve_$label.log" > "$out/serve_$label.log.xz"
+}
+
+profile() {  # the stacks of both server processes in the middle of a load at RATE
+  local log=$work/serve_$label/serve.log spy stacks=$work/stacks_$label
+  spy=$(command -v py-spy || echo /opt/vox-wheels/bin/py-spy)
+  mkdir -p "$stacks"
+  start_sweep "profile_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATE:?}" --warmup 16
+  sleep $(( ${WINDOW_S:-30} / 2 ))
+  for who in EngineCore APIServer; do
+    pid=$(grep -o "$who pid=[0-9]*" "$log" | head -1 | cut -d= -f2)
+    timeout 60 "$spy" record --pid "$pid" --duration "${PROFILE_S:-10}" --rate 250 --format raw --nolineno \
+      --threads --nonblocking --output "$stacks/$who.txt" > "$stacks/$who.log" 2>&1 &
+  done
+  wait
+  for who in EngineCore APIServer; do
+    python3 -m benchmarks.host_profile "$stacks/$who.txt" --top 40 > "$stacks/$who.summary.txt" 2>&1
+    head -25 "$stacks/$who.summary.txt"
+  done
+  tar cJf "$out/stacks_$label.tar.xz" -C "$work" "stacks_$label"
 }
 
 for stage in ${STAGES:-serve sweep wait}; do
@@ -57,8 +81,10 @@ for stage in ${STAGES:-serve sweep wait}; do
       --failure-threshold "${FAILURE:-0.99}" ${SWEEP_ARGS:-} ;;
   overload)
     start_sweep "overload_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATES:?}" ${SWEEP_ARGS:-} ;;
+  profile)
+    profile ;;
   wait)
-    for name in sweep_$label overload_$label; do [ -e "$work/$name.pid" ] && wait_sweep "$name"; done ;;
+    for name in sweep_$label overload_$label profile_$label; do [ -e "$work/$name.pid" ] && wait_sweep "$name"; done ;;
   stop)
     pkill -f "vllm.entrypoints.cli.main serve" || true; sleep 5 ;;
   esac

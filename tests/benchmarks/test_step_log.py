@@ -66,6 +66,21 @@ def test_the_schedulers_admission_estimates_and_decisions_are_parsed():
     assert "21000/" in last and "accepted 14, refused: codec frames 4" in last
 
 
+def test_every_admission_reason_the_scheduler_logs_is_tallied():
+    from vllm_voxserve.scheduler import overload
+
+    reasons = (overload.ACCEPTED, overload.REFUSED_BACKBONE, overload.REFUSED_CODEC, overload.REFUSED_FIRST_AUDIO,
+               overload.REFUSED_LIMIT, overload.SHED_WAITING)
+    lines = []
+    timer = StepHostTimes(every=1, report=lines.append, title="voxserve scheduler host time")
+    timer.add("schedule", 0.0002)
+    for n, reason in enumerate(reasons, start=1):
+        timer.add_tally(f"admission {reason}", n)
+    timer.end_step()
+    row = parse_line(f"(EngineCore pid=1) INFO 12-03 01:10:00 [step_timing.py:105] {lines[0]}")
+    assert row["admission"] == {reason: n for n, reason in enumerate(reasons, start=1)}
+
+
 def test_other_log_lines_are_not_rows():
     assert parse_line("(APIServer pid=871) INFO 11-30 17:04:50 [loggers.py:310] Engine 000: Running: 97 reqs") is None
 

@@ -23,6 +23,19 @@ def test_pcm16_scaling_rounding_and_clipping():
     assert pcm.tolist() == [0, 32767, -32767, 16384, -16384, 0, 32767, -32767, 0, 32767, -32767]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pcm16_matches_the_plain_formula_sample_for_sample_and_leaves_its_input_alone(dtype):
+    rng = np.random.default_rng(0)
+    audio = (rng.standard_normal(19_200) * 0.7).astype(dtype)
+    audio[::997] = np.nan
+    audio[1::991], audio[2::983] = np.inf, -np.inf
+    kept = audio.copy()
+    plain = np.rint(np.clip(np.nan_to_num(audio.astype(np.float32), nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
+                    * 32767.0).astype("<i2").tobytes()
+    assert af.pcm16_bytes(audio) == plain
+    np.testing.assert_array_equal(audio, kept)
+
+
 def test_pcm16_is_little_endian_two_bytes_per_sample():
     data = af.pcm16_bytes(np.array([0.25, -0.25], dtype=np.float64))
     assert data == struct.pack("<hh", 8192, -8192)

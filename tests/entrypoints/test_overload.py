@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from vllm_voxserve.config import VoxServeConfig  # noqa: E402
 from vllm_voxserve.entrypoints import speech_plugin  # noqa: E402
+from vllm_voxserve.entrypoints.edge_admission import EdgeGuard  # noqa: E402
 from vllm_voxserve.entrypoints.rank_choice import RankChoice  # noqa: E402
 from vllm_voxserve.entrypoints.speech_request import SpeechRequest  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import (  # noqa: E402
@@ -53,6 +54,7 @@ def client(outcome) -> TestClient:
     app = FastAPI()
     speech_plugin.SpeechEndpointPlugin().attach_router(app)
     app.state.voxserve_speech = FakeService(outcome)
+    app.state.voxserve_edge = EdgeGuard.from_policy(VoxServeConfig().scheduler_policy())
     return TestClient(app)
 
 
@@ -77,6 +79,46 @@ def test_accepted_stream_still_streams_every_chunk():
     response = client(chunks).post("/v1/audio/speech", json={**BODY, "stream": True, "response_format": "pcm"})
     assert response.status_code == 200
     assert len(response.content) == 2 * 1920 * 2  # both chunks, as 16-bit PCM
+
+
+def test_past_the_edge_limit_an_arrival_is_refused_before_the_service_sees_it():
+    import time
+
+    from prometheus_client import REGISTRY, generate_latest
+
+    from tests.entrypoints.prometheus_text import sample_value
+    from vllm_voxserve.scheduler.concurrency_limit import LimitSettings
+
+    def refusals() -> float:
+        text = generate_latest(REGISTRY).decode()
+        return sample_value(text, "vllm:voxserve_requests_refused_total", reason="api_server_limit") or 0.0
+
+    test_client = client([np.zeros(1920, np.float32)])
+    service = test_client.app.state.voxserve_speech
+    seen = []
+    service.prepare = lambda request: seen.append(request) or (None, [0], None)
+    edge = test_client.app.state.voxserve_edge = EdgeGuard(LimitSettings(0.2, floor=1), retry_after_s=2.5)
+    now = time.monotonic()
+    busy = edge.admit(now - 1.0)  # one request in progress whose first audio came late: the next look cuts to 1
+    busy.first_audio(now - 0.5)
+    before = refusals()
+    response = test_client.post("/v1/audio/speech", json={**BODY, "stream": True})
+    assert response.status_code == 503 and response.headers["Retry-After"] == "3"
+    assert "1 requests in progress at this API server" in response.json()["error"]["message"]
+    assert seen == [] and refusals() == before + 1
+    busy.done(time.monotonic())  # room again: the next request streams
+    response = test_client.post("/v1/audio/speech", json={**BODY, "stream": True, "response_format": "pcm"})
+    assert response.status_code == 200 and len(response.content) == 1920 * 2 and len(seen) == 1
+    assert edge.in_progress == 0
+
+
+@pytest.mark.parametrize("outcome", [Overloaded("busy", 1.0), SynthesisError("boom"), [np.zeros(1920, np.float32)]])
+@pytest.mark.parametrize("stream", [True, False])
+def test_every_answer_ends_the_requests_admission_ticket(outcome, stream):
+    test_client = client(outcome)
+    test_client.post("/v1/audio/speech", json={**BODY, "stream": stream})
+    test_client.post("/v1/audio/speech", json={"input": ""})  # 400
+    assert test_client.app.state.voxserve_edge.in_progress == 0
 
 
 class RejectingEngine:
@@ -146,3 +188,44 @@ def test_real_server_rejects_what_cannot_meet_its_slo_and_serves_a_looser_one(tm
             assert relaxed.status_code == 200 and len(relaxed.content) == 7 * 1920 * 2
         finally:
             busy.close()
+
+
+class FinishingEngine:
+    """vLLM with FINAL_ONLY outputs: one output, when the request finished, holding every token; late on purpose,
+    after the request's audio has ended on the audio channel."""
+
+    def __init__(self, delay_s: float, tokens: int):
+        self.delay_s, self.tokens = delay_s, tokens
+
+    async def generate(self, prompt, params, request_id):
+        await asyncio.sleep(self.delay_s)
+        completion = types.SimpleNamespace(token_ids=list(range(self.tokens)), stop_reason=None, finish_reason="stop")
+        yield types.SimpleNamespace(finished=True, outputs=[completion])
+
+
+def test_the_usage_comes_from_the_final_output_even_when_it_trails_the_audio():
+    from vllm_voxserve.entrypoints.speech_service import SpeechUsage
+    from vllm_voxserve.transport import AudioSender
+
+    async def run():
+        service = SpeechService.__new__(SpeechService)
+        service.engine_client = FinishingEngine(delay_s=0.3, tokens=12)
+        service.ranks = RankChoice(1)
+        service.receiver = AudioReceiver()
+        service.start()
+        sender = AudioSender()
+        job, usage = types.SimpleNamespace(stream_key="k2", ref_audio=b""), SpeechUsage()
+        try:
+            stream = service.synthesize(job, [0] * 7, None, usage)
+            first = asyncio.ensure_future(stream.__anext__())
+            await asyncio.sleep(0.05)  # the stream is open: its audio and END come before the engine's output
+            sender.send_audio(service.receiver.address, "k2", 0, np.zeros(1920, np.float32))
+            sender.send_end(service.receiver.address, "k2", 1)
+            chunks = [await first] + [chunk async for chunk in stream]
+        finally:
+            sender.close()
+            await service.receiver.aclose()
+        return chunks, usage
+
+    chunks, usage = asyncio.run(run())
+    assert len(chunks) == 1 and usage.as_dict() == {"input_tokens": 7, "output_tokens": 12, "total_tokens": 19}

@@ -42,7 +42,8 @@ class RanksEngine:
         key = request_id.removeprefix("speech-").split("-rank")[0]
         self.receiver.queues[key].put_nowait((AUDIO, np.full(4, data_parallel_rank, np.float32)))
         self.receiver.queues[key].put_nowait((END, None))
-        yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=None, token_ids=[1])])
+        completion = types.SimpleNamespace(stop_reason=None, finish_reason="length", token_ids=[1])
+        yield types.SimpleNamespace(finished=True, outputs=[completion])
 
     async def collective_rpc(self, method, args=()):
         return [{"status": 200}]

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from tests.entrypoints.prometheus_text import sample_value
+from vllm_voxserve.entrypoints.edge_admission import EdgeGuard
 from vllm_voxserve.entrypoints.speech_metrics import PlaybackClock, SpeechMetrics, metered
+from vllm_voxserve.scheduler.concurrency_limit import LimitSettings
 
 RATE = 24000
 CHUNK = 19200  # 0.8 s
@@ -30,6 +32,7 @@ def test_a_late_chunk_stalls_the_player_and_pushes_later_deadlines_back():
     assert player.arrive(1.7, CHUNK) == 0.0
     assert player.arrive(2.9, CHUNK) == pytest.approx(0.3)  # due at 2.6
     assert player.stalled_s == pytest.approx(0.5)
+    assert player.plays_until() == pytest.approx(3.7)
 
 
 class Recorder:
@@ -52,17 +55,22 @@ class Recorder:
         self.running -= 1
 
 
+def edge() -> EdgeGuard:
+    return EdgeGuard(LimitSettings(0.2, 16), retry_after_s=1.0)
+
+
 @pytest.mark.parametrize("streamed", [True, False])
 def test_metered_measures_ttfa_lateness_and_running_streams(streamed):
-    times = iter([5.0, 6.0, 6.5])  # arrivals of three 0.8 s chunks; the request arrived at 4.75
-    recorder = Recorder()
+    times = iter([5.0, 6.0, 6.5, 7.0])  # arrivals of three 0.8 s chunks, then the end; the request arrived at 4.75
+    recorder, guard = Recorder(), edge()
+    ticket = guard.admit(4.75)
 
     async def chunks():
         for _ in range(3):
             yield np.zeros(CHUNK, np.float32)
 
     async def run():
-        stream = metered(chunks(), recorder, 4.75, streamed, RATE, clock=lambda: next(times))
+        stream = metered(chunks(), recorder, ticket, streamed, RATE, clock=lambda: next(times))
         out = [c async for c in stream]
         return out
 
@@ -71,10 +79,15 @@ def test_metered_measures_ttfa_lateness_and_running_streams(streamed):
     assert recorder.audio_s == pytest.approx(2.4)
     assert recorder.lateness == ([0.0, pytest.approx(0.2), 0.0] if streamed else [])
     assert recorder.running == 0
+    # the admission ticket: played out at 5.0 + 0.2 stalled + 2.4; a whole file's first audio is its first chunk's
+    # arrival, a stream's its first bytes out (the route's); ended with the stream
+    assert ticket.audio_until == pytest.approx(7.6)
+    assert ticket.first_audio_time == (None if streamed else 5.0)
+    assert guard.in_progress == 0
 
 
 def test_closing_the_metered_stream_closes_the_request_and_ends_the_running_stream():
-    recorder, closed = Recorder(), []
+    recorder, closed, guard = Recorder(), [], edge()
 
     async def chunks():
         try:
@@ -84,13 +97,13 @@ def test_closing_the_metered_stream_closes_the_request_and_ends_the_running_stre
             closed.append(True)
 
     async def run():
-        stream = metered(chunks(), recorder, 0.0, True, RATE, clock=lambda: 1.0)
+        stream = metered(chunks(), recorder, guard.admit(0.0), True, RATE, clock=lambda: 1.0)
         await stream.__anext__()
-        assert recorder.running == 1
+        assert recorder.running == 1 and guard.in_progress == 1
         await stream.aclose()
 
     asyncio.run(run())
-    assert closed == [True] and recorder.running == 0
+    assert closed == [True] and recorder.running == 0 and guard.in_progress == 0
 
 
 def test_the_metrics_are_one_set_per_process_in_vllms_naming():

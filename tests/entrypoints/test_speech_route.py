@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from tests.entrypoints.audio_decoding import decode  # noqa: E402
 from vllm_voxserve.config import VoxServeConfig  # noqa: E402
 from vllm_voxserve.entrypoints import speech_plugin  # noqa: E402
+from vllm_voxserve.entrypoints.edge_admission import EdgeGuard  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import SynthesisError  # noqa: E402
 
 BODY = {"input": "Hello there.", "voice": "ryan"}
@@ -46,6 +47,7 @@ def client(service) -> TestClient:
     app = FastAPI()
     speech_plugin.SpeechEndpointPlugin().attach_router(app)
     app.state.voxserve_speech = service
+    app.state.voxserve_edge = EdgeGuard.from_policy(service.config.scheduler_policy())
     return TestClient(app)
 
 

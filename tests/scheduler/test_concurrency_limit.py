@@ -1,7 +1,7 @@
 import math
 
 from tests.scheduler.steps import stream, waiting
-from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, LimitSettings
+from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, LimitSettings, StreamEvidence
 from vllm_voxserve.scheduler.costs import CostModel
 from vllm_voxserve.scheduler.overload import REFUSED_LIMIT, OverloadGuard
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
@@ -10,8 +10,9 @@ from vllm_voxserve.scheduler.timeline import ChunkSchedule
 T = 0.2
 
 
-def limit(**settings):
-    return ConcurrencyLimit(LimitSettings(T, **settings), ChunkSchedule())
+def limit(floor=16, **settings):
+    """A limit fed by the engine's streams."""
+    return StreamEvidence(ConcurrencyLimit(LimitSettings(T, floor, **settings)), ChunkSchedule())
 
 
 def started(n, arrival, ttfa, prefix="r", frames=20, delivered=1):
@@ -24,35 +25,35 @@ def test_no_limit_until_first_audio_comes_late():
     lim = limit()
     for t in (0.0, 0.3, 0.6, 0.9):  # on-time first audio (100 ms), windows close at 0.6
         lim.observe(t, started(40, 0.0, 0.1), in_progress=300)
-    assert lim.limit == math.inf and lim.admits(10_000) and lim.misses == 0
+    assert lim.limit.limit == math.inf and lim.limit.admits(10_000) and lim.limit.misses == 0
 
 
 def test_late_first_audio_cuts_the_limit_to_a_share_of_the_requests_in_progress():
     lim = limit()
     lim.observe(0.0, [], in_progress=200)
     lim.observe(0.5, started(40, 0.1, 0.21), in_progress=200)  # every first audio 10 ms past T
-    assert lim.misses == 1 and lim.limit == 0.9 * 200
-    assert lim.admits(179) and not lim.admits(180)
+    assert lim.limit.misses == 1 and lim.limit.limit == 0.9 * 200
+    assert lim.limit.admits(179) and not lim.limit.admits(180)
 
 
 def test_first_audio_near_t_or_a_rare_late_one_does_not_cut():
     lim = limit()
     lim.observe(0.0, [], in_progress=200)
     lim.observe(0.5, started(99, 0.1, 0.199) + started(1, 0.1, 0.3, prefix="late"), in_progress=200)
-    assert lim.misses == 0 and lim.limit == math.inf
+    assert lim.limit.misses == 0 and lim.limit.limit == math.inf
 
 
 def test_misses_of_requests_admitted_before_a_cut_do_not_cut_again():
     lim = limit()
     lim.observe(0.0, [], in_progress=200)
     lim.observe(0.5, started(40, 0.1, 0.21), in_progress=200)
-    assert lim.limit == 180
+    assert lim.limit.limit == 180
     # the next window: late first audio only from requests that arrived before the cut at 0.5
     lim.observe(1.0, started(40, 0.1, 0.21) + started(40, 0.45, 0.5, prefix="old"), in_progress=170)
-    assert lim.misses == 1 and lim.limit == 180
+    assert lim.limit.misses == 1 and lim.limit.limit == 180
     # requests admitted after the cut that come late cut again, from the requests in progress then
     lim.observe(1.5, started(40, 1.1, 0.3, prefix="new"), in_progress=150)
-    assert lim.misses == 2 and lim.limit == 0.9 * 150
+    assert lim.limit.misses == 2 and lim.limit.limit == 0.9 * 150
 
 
 def test_dry_playback_cuts_the_limit():
@@ -61,7 +62,7 @@ def test_dry_playback_cuts_the_limit():
     # first audio at 0.2 and only the 10-frame first chunk delivered: the next chunk was due at 1.0
     dry = [stream(f"d{i}", arrival=0.0, frames=20, delivered=1, first_audio=0.2, expected=100) for i in range(3)]
     lim.observe(1.1, started(97, 0.5, 0.1, frames=20, delivered=1) + dry, in_progress=100)
-    assert lim.misses == 1 and lim.limit == 90
+    assert lim.limit.misses == 1 and lim.limit.limit == 90
 
 
 def test_finished_streams_are_not_dry():
@@ -69,26 +70,26 @@ def test_finished_streams_are_not_dry():
     lim.observe(0.0, [], in_progress=10)
     done = [stream(f"f{i}", arrival=0.0, frames=5, done=True, delivered=1, first_audio=0.1) for i in range(5)]
     lim.observe(2.0, done, in_progress=10)
-    assert lim.misses == 0
+    assert lim.limit.misses == 0
 
 
 def test_a_clean_window_raises_a_binding_limit_and_leaves_a_slack_one():
     lim = limit()
     lim.observe(0.0, [], in_progress=200)
     lim.observe(0.5, started(40, 0.1, 0.21), in_progress=200)
-    assert lim.limit == 180
+    assert lim.limit.limit == 180
     lim.observe(1.0, started(40, 0.6, 0.1, prefix="a"), in_progress=100)  # far below the limit: unchanged
-    assert lim.limit == 180
+    assert lim.limit.limit == 180
     lim.observe(1.2, started(40, 0.6, 0.1, prefix="a"), in_progress=179)  # bound during the window
     lim.observe(1.5, started(40, 0.6, 0.1, prefix="a"), in_progress=150)
-    assert lim.limit == 180 * 1.05
+    assert lim.limit.limit == 180 * 1.05
 
 
 def test_the_limit_never_falls_below_its_floor():
     lim = limit(floor=16)
     lim.observe(0.0, [], in_progress=4)
     lim.observe(0.5, started(4, 0.1, 0.3), in_progress=4)
-    assert lim.misses == 1 and lim.limit == 16
+    assert lim.limit.misses == 1 and lim.limit.limit == 16
 
 
 def test_the_guard_refuses_past_the_learned_limit_and_says_why():
@@ -106,3 +107,19 @@ def test_the_guard_refuses_past_the_learned_limit_and_says_why():
     assert other.check_arrival(1.2, waiting("c", arrival=1.2), slow, queued) is not None
     assert guard.limit.misses == 1
     assert OverloadGuard(cfg.replace(feedback_limit=False), CostModel()).limit is None
+
+
+def test_plain_numbers_judge_each_first_audio_against_its_own_target():
+    lim = ConcurrencyLimit(LimitSettings(T, 16))
+    lim.observe(0.0, in_progress=50)
+    for i in range(40):
+        lim.first_audio(0.1, 0.5, target_s=1.0)  # late for T, in time for the target the request set
+    lim.observe(0.5, in_progress=50, playing=40, dry=0)
+    assert lim.misses == 0 and lim.limit == math.inf
+    lim.first_audio(0.6, 0.25)  # one of one late against T
+    lim.observe(1.0, in_progress=50, playing=40, dry=0)
+    assert lim.misses == 1 and lim.limit == 45
+    assert not lim.counts(0.9) and lim.counts(1.0)
+    lim.first_audio(0.9, 5.0)  # arrived before the cut: no evidence
+    lim.observe(1.5, in_progress=30, playing=1, dry=0)
+    assert lim.misses == 1 and lim.limit == 45

@@ -39,8 +39,12 @@ def pcm16_bytes(audio: np.ndarray) -> bytes:
         raise ValueError(f"expected mono audio of shape [samples], got shape {samples.shape}")
     if not np.issubdtype(samples.dtype, np.floating):
         raise ValueError(f"expected float audio, got dtype {samples.dtype}")
-    scaled = np.nan_to_num(samples.astype(np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
-    scaled = np.rint(np.clip(scaled, -1.0, 1.0) * _PCM16_SCALE)
+    # one float32 copy, then every step in place: this runs for each chunk of every pcm and wav stream
+    scaled = np.array(samples, dtype=np.float32)
+    np.nan_to_num(scaled, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
+    np.clip(scaled, -1.0, 1.0, out=scaled)
+    scaled *= _PCM16_SCALE
+    np.rint(scaled, out=scaled)
     return scaled.astype("<i2").tobytes()
 
 

@@ -26,6 +26,7 @@ from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
 
 from . import audio_format
 from .audio_encoding import MEDIA_TYPES, AudioEncoder, encode_off_loop, time_stretch
+from .edge_admission import AdmissionTicket, EdgeGuard, EdgeRefusal
 from .engine_metrics import start_engine_metrics
 from .request_guard import (
     RequestRejected,
@@ -48,9 +49,9 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> JS
     return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
 
 
-def _overloaded(exc: Overloaded) -> JSONResponse:
-    response = _error(503, str(exc), "service_unavailable")
-    response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+def _overloaded(message: str, retry_after_s: float) -> JSONResponse:
+    response = _error(503, message, "service_unavailable")
+    response.headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     return response
 
 
@@ -70,6 +71,23 @@ async def create_speech(raw: Request):
     if service is None:
         return _error(503, "speech synthesis is not available on this server", "service_unavailable")
     metrics = SpeechMetrics.get((getattr(service, "served_models", None) or [""])[0])
+    # Past what this API server keeps on time, refused before the body is read and without the engine hearing of it.
+    edge: EdgeGuard = raw.app.state.voxserve_edge
+    ticket = edge.admit(arrived_at)
+    if isinstance(ticket, EdgeRefusal):
+        metrics.refuse("api_server_limit")
+        return _overloaded(ticket.reason, ticket.retry_after_s)
+    try:
+        response = await _speech(raw, service, metrics, ticket)
+    except BaseException:
+        ticket.done(time.monotonic())
+        raise
+    if not isinstance(response, StreamingResponse):  # a stream ends when its body does (`metered`)
+        ticket.done(time.monotonic())
+    return response
+
+
+async def _speech(raw: Request, service: SpeechService, metrics: SpeechMetrics, ticket: AdmissionTicket):
     try:  # the size before the body is read; then one JSON object of bounded depth, finite numbers, valid Unicode
         body = parse_json_object(await read_capped_body(raw.headers, raw.stream(), service.config.max_request_bytes))
     except RequestRejected as exc:
@@ -84,8 +102,10 @@ async def create_speech(raw: Request):
     except ValueError as exc:
         metrics.refuse("invalid")
         return _error(400, str(exc))
+    if request.ttfa_slo_ms is not None:
+        ticket.target_s = request.ttfa_slo_ms / 1000.0
     usage = SpeechUsage()
-    chunks = metered(service.synthesize(job, prompt_ids, params, usage), metrics, arrived_at, request.streaming,
+    chunks = metered(service.synthesize(job, prompt_ids, params, usage), metrics, ticket, request.streaming,
                      SAMPLE_RATE)
     fmt = request.response_format
     pieces = []
@@ -96,7 +116,7 @@ async def create_speech(raw: Request):
             return Response(status_code=499)  # nobody reads it
     except Overloaded as exc:
         metrics.refuse("overloaded")
-        return _overloaded(exc)
+        return _overloaded(str(exc), exc.retry_after_s)
     except InvalidSpeechRequest as exc:
         metrics.refuse("invalid")
         return _error(400, str(exc))
@@ -106,7 +126,7 @@ async def create_speech(raw: Request):
     if request.streaming:
         encoder = AudioEncoder(fmt, SAMPLE_RATE, streaming=True)
         failure: list[str] = []
-        body = _stream_bytes(pieces, chunks, encoder, failure)
+        body = _stream_bytes(pieces, chunks, encoder, failure, ticket)
         if request.sse:
             return StreamingResponse(_sse_events(body, usage, failure), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -153,17 +173,21 @@ async def _collect_unless_disconnected(raw: Request, chunks, pieces: list, first
     return True
 
 
-async def _stream_bytes(first: list, chunks, encoder: AudioEncoder, failure: list[str]):
-    """The encoded bytes of each chunk as it comes (a codec may hold a few ms of audio back until the next one).
-    A synthesis that fails midway ends the bytes early, its error appended to `failure`."""
+async def _stream_bytes(first: list, chunks, encoder: AudioEncoder, failure: list[str], ticket: AdmissionTicket):
+    """The encoded bytes of each chunk as it comes (a codec may hold a few ms of audio back until the next one); the
+    first bytes handed to the response are the request's first audio for its ticket. A synthesis that fails midway
+    ends the bytes early, its error appended to `failure`."""
     try:
         for chunk in first:
             if data := await encode_off_loop(encoder, chunk):
+                ticket.first_audio(time.monotonic())
                 yield data
         async for chunk in chunks:
             if data := await encode_off_loop(encoder, chunk):
+                ticket.first_audio(time.monotonic())
                 yield data
         if data := await encode_off_loop(encoder, None):
+            ticket.first_audio(time.monotonic())
             yield data
     except SynthesisError as exc:
         # Headers are gone: end the stream early; the client sees a short body.
@@ -293,6 +317,7 @@ class SpeechEndpointPlugin:
         service.start()
         state.voxserve_engine_metrics = start_engine_metrics(engine_client, served[0])
         state.voxserve_api_keys = _api_keys(args)
+        state.voxserve_edge = EdgeGuard.from_policy(config.scheduler_policy())
         state.voxserve_speech = service
         logger.info("voxserve: /v1/audio/speech ready for %s (%s)", served, service.tables.model_type)
 

@@ -53,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 # After vLLM reports the request finished, its last audio must follow within this time.
 AUDIO_END_TIMEOUT_S = 60.0
+# The audio's END follows the engine's final output (the worker ends a stream at the step after the request
+# finished), but the two travel on different sockets: at END the usage waits this long at most for that output.
+FINAL_OUTPUT_WAIT_S = 5.0
 # The scheduling hint (`contract.PLAN_KEY`) estimates the audio frames a text will take from its words.
 FRAMES_PER_WORD = 5.2  # ≈ 80 ms frames per English word in LibriTTS-like speech
 REJECTED = "rejected"  # queue item kinds beside transport.AUDIO / END / ERROR
@@ -218,7 +221,9 @@ class SpeechService:
             # here spares it the random path and per-request generators.
             temperature=0.0,
             detokenize=False,
-            output_kind=RequestOutputKind.DELTA,
+            # One output, when the request finishes (its usage, a rejection or a failure): no output object per
+            # step for every running request, nor a wake-up of its task, in this process.
+            output_kind=RequestOutputKind.FINAL_ONLY,
             extra_args={**job.to_extra_args(), **plan_hints(expected_frames(request))},
         )
         # vLLM sees placeholder ids (codec_pad) of the plan's length; the worker embeds the real prompt.
@@ -228,7 +233,7 @@ class SpeechService:
     async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params,
                          usage: SpeechUsage | None = None) -> AsyncIterator[np.ndarray]:
         """Yields float32 mono 24 kHz chunks in order; leaving early (client gone) aborts the request. `usage`, when
-        given, counts the request's tokens as they are generated."""
+        given, holds the request's tokens once the stream has ended."""
         usage = usage if usage is not None else SpeechUsage()
         usage.input_tokens = len(prompt_ids)
         if job.ref_audio:  # the engine gets the request once its reference is encoded: it never waits for it
@@ -236,8 +241,9 @@ class SpeechService:
             params.extra_args = {**params.extra_args, **job.to_extra_args()}
         queue = self.receiver.open(job.stream_key)
         request_id = f"speech-{job.stream_key}"
+        final = asyncio.Event()  # set when the engine's final output is in (and with it the usage)
         engine = asyncio.get_running_loop().create_task(self._run_engine(prompt_ids, params, request_id, queue,
-                                                                                 usage))
+                                                                         usage, final))
         kind = None
         try:
             while True:
@@ -245,6 +251,9 @@ class SpeechService:
                 if kind == AUDIO:
                     yield payload
                 elif kind == END:
+                    if not final.is_set():
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(final.wait(), FINAL_OUTPUT_WAIT_S)
                     return
                 elif kind == REJECTED:
                     raise Overloaded(*payload)
@@ -273,7 +282,7 @@ class SpeechService:
             raise SynthesisError(f"reference encoding failed: {type(exc).__name__}: {exc}") from exc
 
     async def _run_engine(self, prompt_ids: list[int], params, request_id: str, queue: asyncio.Queue,
-                          usage: SpeechUsage) -> None:
+                          usage: SpeechUsage, final: asyncio.Event) -> None:
         """The request on the rank `self.ranks` picks; a rank's refusal sends it to the next untried rank, and only
         the last rank's refusal reaches the client (`REJECTED`, with the soonest Retry-After of all)."""
         tried: set[int] = set()
@@ -284,7 +293,7 @@ class SpeechService:
             refused = False
             try:
                 rejection = await self._generate(prompt_ids, params, request_id if not tried else
-                                                 f"{request_id}-rank{rank}", rank, queue, usage)
+                                                 f"{request_id}-rank{rank}", rank, queue, usage, final)
                 if rejection is None:
                     return
                 refused = True
@@ -302,18 +311,20 @@ class SpeechService:
             params = params.clone()  # one SamplingParams per engine request
 
     async def _generate(self, prompt_ids: list[int], params, request_id: str, rank: int, queue: asyncio.Queue,
-                        usage: SpeechUsage) -> tuple[str, float] | None:
+                        usage: SpeechUsage, final: asyncio.Event) -> tuple[str, float] | None:
         """One engine request on `rank`: its scheduler's rejection (reason, retry_after_s), or None when it ran (its
         end, failure or error is in `queue`); returns only once its audio has had time to end."""
         steer = {"data_parallel_rank": rank} if self.ranks.num_ranks > 1 else {}
         try:
             async for output in self.engine_client.generate({"prompt_token_ids": prompt_ids}, params, request_id,
                                                             **steer):
-                if output.outputs:  # DELTA outputs: the tokens new since the last one
-                    usage.output_tokens += len(output.outputs[0].token_ids)
                 rejection = _rejection(output)
                 if rejection is not None:  # finished by the scheduler before it started: no audio will come
                     return rejection
+                if output.finished:  # FINAL_ONLY: the one output, with every token generated
+                    if output.outputs:
+                        usage.output_tokens = len(output.outputs[0].token_ids)
+                    final.set()
                 failure = _failure(output)
                 if failure is not None:  # the worker failed it (its audio stream usually says so first)
                     queue.put_nowait((ERROR, failure))

@@ -16,7 +16,9 @@ from the cost model and the measured step interval, both updated online.
   running streams their deadlines and still miss.
 - Before either rule, with `feedback_limit`, refuse an arrival past the limit on requests in progress that
   `concurrency_limit.ConcurrencyLimit` learns from the first audio actually delivered: the rules above trust the
-  cost model, the limit bounds what its errors admit.
+  cost model, the limit bounds what its errors admit. Each API server holds the same rule over its own requests
+  (`entrypoints/edge_admission.py`), on what it delivers; this one still guards what reaches the engine (from
+  several API servers, for one).
 
 The streams' demand is computed at most every `demand_refresh_s` (it walks every stream for every horizon, in the
 engine's one thread); requests accepted in between add theirs to it. `decisions` counts what was decided and why,
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from vllm_voxserve.scheduler.capacity import CapacityModel
-from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, LimitSettings
+from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, StreamEvidence, limit_settings
 from vllm_voxserve.scheduler.costs import CostModel
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
@@ -106,9 +108,11 @@ class OverloadGuard:
         self.decisions: Counter[str] = Counter()
         self._demand: FrameDemand | None = None
         self._demand_at = 0.0
-        self._owns_limit = limit is None
-        self.limit = limit if limit is not None else (
-            ConcurrencyLimit(LimitSettings(cfg.ttfa_target_s), self.schedule) if cfg.feedback_limit else None)
+        self.limit = limit
+        self._evidence = None  # the guard that made the limit keeps it up to date from the streams it sees
+        if limit is None and cfg.feedback_limit:
+            self.limit = ConcurrencyLimit(limit_settings(cfg))
+            self._evidence = StreamEvidence(self.limit, self.schedule)
 
     @property
     def enabled(self) -> bool:
@@ -168,8 +172,8 @@ class OverloadGuard:
     ) -> FrameDemand:
         if self._demand is None or now - self._demand_at >= self.cfg.demand_refresh_s or now < self._demand_at:
             self._demand, self._demand_at = self.frame_demand(now, streams, waiting), now
-            if self.limit is not None and self._owns_limit:
-                self.limit.observe(now, streams, in_progress(streams, waiting))
+            if self._evidence is not None:
+                self._evidence.observe(now, streams, in_progress(streams, waiting))
         return self._demand
 
     def check_arrival(

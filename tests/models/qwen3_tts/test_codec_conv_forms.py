@@ -200,3 +200,20 @@ def test_gpu_served_program_matches_the_plain_torch_decoder():
         wav = torch.cat([program.decode(codes[:, a:b], slots, pool) for a, b in ((0, 5), (5, 15))], dim=1)
     error = (wav - full).pow(2).mean().sqrt() / full.pow(2).mean().sqrt()
     assert error.item() < 0.05, error.item()  # bf16 against fp32 (the plain bf16 program is about as far)
+
+
+@pytest.mark.parametrize("channels", [*tma_conv.TILES, 32, 48, 64, 1024])
+@pytest.mark.parametrize("element_size", [2, 4])
+def test_every_tile_fits_the_shared_memory_of_a_block(channels, element_size):
+    block_o, block_t, block_c, _, stages = tma_conv.tile(channels, element_size)
+    assert channels % block_c == 0 and stages >= 2
+    assert tma_conv.pipeline_bytes(block_o, block_t, block_c, stages, element_size) <= tma_conv.SHARED_MEMORY_BYTES
+    if element_size == 2 and channels in tma_conv.TILES:  # the measured bf16 tiles are served as chosen
+        assert tma_conv.tile(channels) == tma_conv.TILES[channels]
+
+
+def test_the_float32_codec_takes_a_smaller_tile_where_bf16s_would_not_fit():
+    # the H200 refused the 768-channel bf16 tile in float32: Triton asked for 262,160 bytes of the 232,448 a block
+    # may take, which is this estimate (plus 16)
+    assert tma_conv.pipeline_bytes(*tma_conv.TILES[768][:3], tma_conv.TILES[768][4], 4) == 262144
+    assert tma_conv.tile(768, 4) != tma_conv.TILES[768]

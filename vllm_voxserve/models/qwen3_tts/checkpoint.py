@@ -128,9 +128,10 @@ def make_checkpoint(out: str | Path, size: str, kind: str, dtype: str = "bfloat1
     saved = {"architectures": ["Qwen3TTSForConditionalGeneration"], **config_dict, "torch_dtype": dtype}
     (out / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
-    _call_if_present("vllm_voxserve.models.qwen3_tts.codec.checkpoint", "make_random_speech_tokenizer",
-                     out / "speech_tokenizer", "tiny" if size == "tiny" else "full", seed, torch_dtype)
-    _call_if_present("vllm_voxserve.models.qwen3_tts.tokenizer", "write_tokenizer_files", out)
+    if with_codec_and_tokenizer:
+        _call_if_present("vllm_voxserve.models.qwen3_tts.codec.checkpoint", "make_random_speech_tokenizer",
+                         out / "speech_tokenizer", "tiny" if size == "tiny" else "full", seed, torch_dtype)
+        _call_if_present("vllm_voxserve.models.qwen3_tts.tokenizer", "write_tokenizer_files", out)
     return out
 
 

@@ -43,11 +43,26 @@ TILES: dict[int, tuple[int, int, int, int, int]] = {96: (128, 128, 32, 4, 5), 19
                                                     384: (128, 128, 64, 8, 3), 768: (128, 128, 64, 8, 3)}
 
 
-def tile(channels: int) -> tuple[int, int, int, int, int]:
-    if channels in TILES:
-        return TILES[channels]
+SHARED_MEMORY_BYTES = 232448  # the most one block may take on Hopper (227 KiB)
+
+
+def tile(channels: int, element_size: int = 2) -> tuple[int, int, int, int, int]:
+    """The tile for `channels` input channels of `element_size`-byte elements. The table's tiles are bf16's; a
+    float32 codec (`voxserve.codec_dtype`) doubles every stage's weight and input tiles, and Triton keeps one buffer
+    more than the stages, so stages (down to two), then columns, give way until the pipeline fits."""
     block_c = 64 if channels % 64 == 0 else 32 if channels % 32 == 0 else 16
-    return 128, 64, block_c, 4, 3
+    block_o, block_t, block_c, warps, stages = TILES.get(channels, (128, 64, block_c, 4, 3))
+    while pipeline_bytes(block_o, block_t, block_c, stages, element_size) > SHARED_MEMORY_BYTES and block_t > 16:
+        if stages > 2:
+            stages -= 1
+        else:
+            block_t //= 2
+    return block_o, block_t, block_c, warps, stages
+
+
+def pipeline_bytes(block_o: int, block_t: int, block_c: int, stages: int, element_size: int) -> int:
+    """Shared memory of the kernel's pipeline: a weight and an input tile per buffer, one buffer more than stages."""
+    return (stages + 1) * (block_o + block_t) * block_c * element_size
 
 
 def supports(channels: int, out_channels: int) -> bool:
@@ -69,7 +84,7 @@ def tma_conv_triton(x_tm: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     # [K*O, C]: row k*O + o is tap k of output channel o (the tap-major storage; a copy only if it is not)
     w_rows = weight.permute(2, 0, 1).reshape(taps * out_channels, channels)
     y = torch.empty((batch, out_channels, length), dtype=x_tm.dtype, device=x_tm.device)
-    block_o, block_t, block_c, warps, stages = tile(channels)
+    block_o, block_t, block_c, warps, stages = tile(channels, x_tm.element_size())
     x_desc = TensorDescriptor.from_tensor(x_tm, [1, block_t, block_c])
     w_desc = TensorDescriptor.from_tensor(w_rows, [block_o, block_c])
     grid = (triton.cdiv(length, block_t), triton.cdiv(out_channels, block_o), batch)

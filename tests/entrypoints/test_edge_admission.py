@@ -1,0 +1,131 @@
+"""The API server's edge guard on a simulated clock: refusals at arrival past the learned limit, recovery, the floor."""
+
+from __future__ import annotations
+
+import math
+
+from vllm_voxserve.entrypoints.edge_admission import AdmissionTicket, EdgeGuard, EdgeRefusal
+from vllm_voxserve.scheduler.concurrency_limit import LimitSettings
+from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+
+T = 0.2
+FLOOR = 16
+
+
+def guard(**settings) -> EdgeGuard:
+    return EdgeGuard(LimitSettings(T, FLOOR, **settings), retry_after_s=1.0)
+
+
+def arrivals(g: EdgeGuard, start: float, rate: float, seconds: float) -> tuple[list[AdmissionTicket], list]:
+    """Requests arriving every 1/rate s from `start` for `seconds`: (admitted tickets, refusals)."""
+    admitted, refused = [], []
+    for i in range(round(rate * seconds)):
+        answer = g.admit(start + i / rate)
+        (refused if isinstance(answer, EdgeRefusal) else admitted).append(answer)
+    return admitted, refused
+
+
+def hear(tickets: list[AdmissionTicket], ttfa: float, play_s: float = 5.0) -> None:
+    """Each request's first audio `ttfa` after its arrival, with `play_s` of audio handed out with it."""
+    for ticket in tickets:
+        ticket.first_audio(ticket.arrival_time + ttfa)
+        ticket.playing_until(ticket.arrival_time + ttfa + play_s)
+
+
+def test_no_limit_before_the_first_late_window():
+    g = guard()
+    admitted, refused = arrivals(g, 0.0, 400, 1.0)
+    hear(admitted, 0.1)
+    more, refused_more = arrivals(g, 1.0, 400, 1.0)
+    assert refused == refused_more == [] and g.in_progress == 800 and g.limit.limit == math.inf
+
+
+def test_a_burst_above_capacity_is_refused_at_arrival_after_a_miss_window():
+    g = guard()
+    admitted, _ = arrivals(g, 0.0, 200, 0.5)  # 100 in progress, every first audio late
+    hear(admitted, 0.3)
+    answer = g.admit(0.56)  # the next look closes the window: cut to 0.9 of the 100 in progress
+    assert isinstance(answer, EdgeRefusal)
+    assert g.limit.limit == 90 and g.limit.misses == 1
+    assert "100 requests in progress at this API server" in answer.reason and "90" in answer.reason
+    assert answer.retry_after_s == 1.0
+    later, refused = arrivals(g, 0.57, 200, 0.2)  # the burst goes on: refused while nobody leaves
+    assert later == [] and len(refused) == 40
+    for ticket in admitted[:20]:  # 20 leave: 80 in progress, room for 10 more
+        ticket.done(0.8)
+    room, refused = arrivals(g, 0.8, 200, 0.1)
+    assert len(room) == 10 and len(refused) == 10 and g.in_progress == 90
+
+
+def test_recovery_raises_the_limit_again():
+    g = guard()
+    admitted, _ = arrivals(g, 0.0, 200, 0.5)
+    hear(admitted, 0.3)
+    g.admit(0.56)
+    assert g.limit.limit == 90
+    for ticket in admitted[:10]:
+        ticket.done(0.55)
+    limits = []
+    for window in range(1, 5):  # each window: at the limit, every admitted first audio on time
+        start = 0.5 + 0.5 * window
+        admitted_now, _ = arrivals(g, start - 0.49, 100, 0.4)
+        hear(admitted_now, 0.1)
+        for ticket in admitted_now:
+            ticket.done(start - 0.05)
+        g.admit(start)  # closes the window: clean, and the limit bound
+        limits.append(g.limit.limit)
+    assert limits == sorted(limits) and limits[-1] > 90 and g.limit.misses == 1
+
+
+def test_dry_streams_cut_the_limit():
+    g = guard()
+    admitted, _ = arrivals(g, 0.0, 200, 0.5)
+    hear(admitted, 0.1, play_s=0.2)  # on time, but the audio handed out ran out at ≈ 0.3-0.8 s
+    g.admit(0.56)
+    assert g.limit.misses == 1 and g.limit.limit == 0.9 * 100
+
+
+def test_streams_still_playing_and_first_audio_within_a_requests_own_target_are_no_miss():
+    g = guard()
+    admitted, _ = arrivals(g, 0.0, 200, 0.5)
+    for ticket in admitted:
+        ticket.target_s = 1.0  # the requests asked for a looser target than T
+    hear(admitted, 0.6)
+    g.admit(0.56)
+    assert g.limit.misses == 0
+
+
+def test_a_burst_on_an_idle_server_below_the_floor_is_admitted():
+    g = guard()
+    admitted, _ = arrivals(g, 0.0, 100, 0.15)  # 15 requests, all late
+    hear(admitted, 1.0)
+    g.admit(0.56)
+    assert g.limit.limit == FLOOR  # 0.9 * 15 is below the floor
+    for ticket in g.tickets.copy():
+        ticket.done(2.0)
+    burst, refused = arrivals(g, 2.0, 10_000, 40 / 10_000)  # 40 within 4 ms
+    assert len(burst) == math.ceil(g.limit.limit) >= FLOOR and len(refused) == 40 - len(burst)
+
+
+def test_a_ticket_ends_once_however_often_it_is_told():
+    g = guard()
+    ticket = g.admit(0.0)
+    ticket.first_audio(0.1)
+    ticket.first_audio(5.0)  # later calls change nothing
+    assert ticket.first_audio_time == 0.1
+    ticket.done(1.0)
+    ticket.done(1.1)
+    assert g.in_progress == 0
+
+
+def test_off_with_overload_off_or_edge_admission_off_and_on_by_default():
+    assert EdgeGuard.from_policy(SchedulerPolicyConfig()).limit is not None
+    for cfg in (SchedulerPolicyConfig(overload_mode="off"), SchedulerPolicyConfig(edge_admission=False)):
+        g = EdgeGuard.from_policy(cfg)
+        admitted, refused = arrivals(g, 0.0, 200, 0.5)
+        hear(admitted, 5.0)
+        admitted, refused = arrivals(g, 0.5, 200, 2.0)
+        assert g.limit is None and refused == [] and g.in_progress == 500
+    cfg = SchedulerPolicyConfig(limit_floor=3, min_retry_after_s=2.5, ttfa_target_s=0.5)
+    g = EdgeGuard.from_policy(cfg)
+    assert g.limit.settings.floor == 3 and g.limit.settings.ttfa_target_s == 0.5 and g.retry_after_s == 2.5
