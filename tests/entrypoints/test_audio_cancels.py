@@ -14,6 +14,7 @@ from vllm_voxserve.contract import CANCEL_RPC_METHOD as CANCEL_RPC  # noqa: E402
 from vllm_voxserve.entrypoints.rank_choice import RankChoice  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import AudioCancels, SpeechService  # noqa: E402
 from vllm_voxserve.transport import AUDIO, END  # noqa: E402
+from tests.entrypoints.fake_audio_receiver import FakeReceiver
 
 
 class SlowRpcEngine:
@@ -31,18 +32,6 @@ class SlowRpcEngine:
 
     async def generate(self, prompt, params, request_id):
         yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=None, token_ids=[])])
-
-
-class FakeReceiver:
-    def __init__(self):
-        self.queues: dict[str, asyncio.Queue] = {}
-
-    def open(self, key):
-        self.queues[key] = asyncio.Queue()
-        return self.queues[key]
-
-    def close(self, key):
-        self.queues.pop(key, None)
 
 
 def test_the_rpc_names_are_methods_of_both_workers():

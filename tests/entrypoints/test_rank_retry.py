@@ -17,6 +17,7 @@ from vllm_voxserve.entrypoints.engine_metrics import merge_rank_snapshots  # noq
 from vllm_voxserve.entrypoints.rank_choice import RankChoice  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import AudioCancels, Overloaded, SpeechService  # noqa: E402
 from vllm_voxserve.transport import AUDIO, END  # noqa: E402
+from tests.entrypoints.fake_audio_receiver import FakeReceiver  # noqa: E402
 
 
 class Params:
@@ -47,18 +48,6 @@ class RanksEngine:
 
     async def collective_rpc(self, method, args=()):
         return [{"status": 200}]
-
-
-class FakeReceiver:
-    def __init__(self):
-        self.queues: dict[str, asyncio.Queue] = {}
-
-    def open(self, key):
-        self.queues[key] = asyncio.Queue()
-        return self.queues[key]
-
-    def close(self, key):
-        self.queues.pop(key, None)
 
 
 def service_on(refusing: dict[int, float]) -> SpeechService:
