@@ -58,8 +58,9 @@ class ServerProfile:
 PROFILES = {
     "ours": ServerProfile(name="ours"),
     # vLLM-Omni's speech API takes the same OpenAI + Qwen fields; no per-request seed and no forced length.
+    # vLLM-Omni answers `stream: true` with SSE events of base64 audio; `stream_format: audio` streams raw bytes.
     "vllm-omni": ServerProfile(name="vllm-omni", task_type="CustomVoice", send_seed=False, length_token_offset=0,
-                               fixed_length_extra=()),
+                               fixed_length_extra=(), extra=(("stream_format", "audio"),)),
     # Plain OpenAI fields only.
     "generic": ServerProfile(name="generic", voice="alloy", qwen_fields=False, send_seed=False,
                              length_fields=(), fixed_length_extra=()),

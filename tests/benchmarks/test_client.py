@@ -68,7 +68,8 @@ def test_payload_profiles_and_fixed_length():
     assert body["seed"] == 7 and body["task_type"] == "CustomVoice" and body["model"] == "m"
     assert "max_new_tokens" not in build_payload(ours, "hi")
     assert "voice" not in build_payload(make_profile("ours", voice=""), "hi")  # "" leaves a field out
-    assert build_payload(make_profile("vllm-omni"), "hi", num_frames=10)["max_new_tokens"] == 10
+    omni = build_payload(make_profile("vllm-omni"), "hi", num_frames=10)
+    assert omni["max_new_tokens"] == 10 and omni["stream_format"] == "audio"  # raw bytes, not SSE events
 
     generic = build_payload(make_profile("generic"), "hi", num_frames=10, seed=7)
     assert set(generic) == {"input", "voice", "response_format", "stream"}
