@@ -16,12 +16,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from vllm_voxserve.models.seeded_noise import noise_base_on_host
 from vllm_voxserve.models.step_layout import StepLayout
 
 
 # Host staging rows of the integer, boolean and float buffers (one array of each, one row per buffer, by its name).
 _INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_index",
-             "sample_slot", "sample_seed", "sample_step", "sample_top_k")
+             "sample_slot", "sample_noise_base", "sample_step", "sample_top_k")
 _BOOL_ROWS = ("is_decode", "suppress_eos")
 _FLOAT_ROWS = ("cp_temperature", "cp_top_p", "sample_temperature", "sample_top_p", "sample_penalty")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -126,16 +127,20 @@ class StepBuffers:
         self.seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.frame_index = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.suppress_eos = torch.zeros(max_tokens, dtype=torch.bool, **kw)  # per request row of compute_logits
-        # Codebook 0's sampling, per request row of compute_logits: the request's slot, seed and draw (the tokens it
-        # has generated), its settings; and per slot the codebook-0 ids it generated (its repetition penalty).
+        # Codebook 0's sampling, per request row of compute_logits: the request's slot, the (seed, draw) half of its
+        # counter noise (`seeded_noise.noise_base_on_host`; the draw is the number of tokens it has generated), that
+        # draw, its settings; and per slot the codebook-0 ids it generated (its repetition penalty).
         self.sample_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.sample_seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.sample_noise_base = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_step = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_top_k = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_temperature = torch.zeros(max_tokens, dtype=torch.float32, **kw)
         self.sample_top_p = torch.ones(max_tokens, dtype=torch.float32, **kw)
         self.sample_penalty = torch.ones(max_tokens, dtype=torch.float32, **kw)
         self.seen = torch.zeros(max_slots + 1, vocab_size, dtype=torch.bool, **kw)
+        # Known on the host at fill, so compute_logits launches only the ops the step's rows need: whether any
+        # request row samples (temperature > 0), and whether any of those cuts by top-p (top_p < 1).
+        self.any_sampled, self.any_top_p = True, True
         # Outputs of the forward: the hidden state stash (one row per slot + scratch) and each row's frame codes.
         self.stash = torch.zeros(max_slots + 1, hidden_size, dtype=dtype, **kw)
         self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
@@ -188,7 +193,7 @@ class StepBuffers:
         ints[_INT_ROWS.index("write_slot"), : n + 1] = self.scratch_slot
         bools[:, : n + 1] = False
         floats[0, : n + 1], floats[1, : n + 1] = 0.0, 1.0
-        text_ids, read_slot, write_slot, top_k, seed, frame_index, s_slot, s_seed, s_step, s_top_k = ints
+        text_ids, read_slot, write_slot, top_k, seed, frame_index, s_slot, s_base, s_step, s_top_k = ints
         is_decode, suppress = bools
         decode_rows: list[DecodeRow] = []
         # Per request (one entry each) and per decode row, gathered in lists and written to the arrays at once.
@@ -236,10 +241,16 @@ class StepBuffers:
         suppress[: len(fixed)] = fixed
         if samples:
             s_values = list(zip(*samples))
-            for target, values in zip((s_slot, s_seed, s_step, s_top_k), s_values[:4]):
+            for target, values in zip((s_slot, s_step, s_top_k), (s_values[0], s_values[2], s_values[3])):
                 target[: len(samples)] = values
+            s_base[: len(samples)] = noise_base_on_host(s_values[1], s_values[2])
             for i, values in enumerate(s_values[4:]):
                 floats[2 + i, : len(samples)] = values
+            temperatures, top_ps = s_values[4], s_values[5]
+            self.any_sampled = any(t > 0 for t in temperatures)
+            self.any_top_p = any(t > 0 and p < 1 for t, p in zip(temperatures, top_ps))
+        else:
+            self.any_sampled = self.any_top_p = False
         write_slot[stash_rows] = stash_slots
         if d_rows:
             text_ids[d_rows], is_decode[d_rows], frame_index[d_rows] = d_text, True, d_step
