@@ -26,7 +26,7 @@ _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms af
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
            "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",
            "admitted streams", "capacity backbone frames/s", "capacity codec frames/s", "step overhead ms",
-           "demand % of backbone", "demand % of codec")
+           "demand % of backbone", "demand % of codec", "codebook0 draw us")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
                    r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 

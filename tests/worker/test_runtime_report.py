@@ -114,6 +114,19 @@ def test_step_log_splits_the_lanes_pump_into_its_parts(program):
     assert set(runtime.pipeline.lanes.pump_seconds.values()) == {0.0}  # read and reset by the step log
 
 
+def test_step_log_shows_the_models_codebook0_draw_once_a_step(program):
+    """The model's eager draw runs on the engine's thread beside our parts: a gauge of its host time, one sample for
+    each step that drew (Model Runner V2 draws before after_forward)."""
+    runtime = runtime_with(program)
+    runtime.pipeline.open("r", "key", "ipc://unused")
+    for position, drew in ((20, 0.0005), (21, None), (22, 0.0012)):
+        runtime.model.last_draw_s = drew
+        runtime.prepare_step(StepLayout(("r",), (1,), (position,)))
+        runtime.after_forward()
+    assert runtime.host_times._gauges["codebook0 draw us"] == [500, 1200]
+    assert runtime.model.last_draw_s is None  # read once
+
+
 def test_report_attached_to_a_model_runner_output_survives_pickling(program):
     from vllm.v1.outputs import ModelRunnerOutput
 

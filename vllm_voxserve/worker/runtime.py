@@ -131,6 +131,10 @@ class SpeechRuntime:
         self.host_times.add("after_forward", time.perf_counter() - started)
         # levels that bound admission and show a codec backlog (p50/p99/max in the periodic line)
         self.host_times.add_gauge("open audio streams", len(self.pipeline.streams))
+        draw_s = getattr(self.model, "last_draw_s", None)  # the model's codebook-0 draw, eager on this thread
+        if draw_s is not None:
+            self.host_times.add_gauge("codebook0 draw us", round(draw_s * 1e6))
+            self.model.last_draw_s = None
         for frames_s, codec_s in self.pipeline.first_audio_paths:  # requests that heard their first audio
             self.host_times.add_gauge("first chunk ms after prefill", round(frames_s * 1e3, 1))
             self.host_times.add_gauge("first audio ms after cut", round(codec_s * 1e3, 1))

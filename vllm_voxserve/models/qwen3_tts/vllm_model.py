@@ -9,6 +9,7 @@ reference modules, reused as they are.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
 import torch
@@ -93,6 +94,7 @@ class Qwen3TTSForVllm(nn.Module):
         rules = TalkerGenerationRules.from_tables(self.tables)
         self.eos_id = rules.eos_id
         self.rules = rules
+        self.last_draw_s: float | None = None  # host seconds of the last codebook-0 draw (`compute_logits`)
         # an id the talker never emits: decode rows' marks of generated ids go there for padding rows
         self.inert_id = min(rules.suppressed_ids)
         suppressed = torch.zeros(config.talker_config.vocab_size, dtype=torch.bool)
@@ -241,7 +243,9 @@ class Qwen3TTSForVllm(nn.Module):
 
         Model Runner V2 calls this eagerly on the engine's one thread at every step, so each op is a kernel launch's
         host time there: the noise's (seed, draw) half comes from the host (`StepBuffers.fill`), its (draw, index)
-        half is kept, and the fill's flags leave out top-p, or the whole draw, when no row of the step needs it."""
+        half is kept, and the fill's flags leave out top-p, or the whole draw, when no row of the step needs it.
+        `last_draw_s`: this call's host seconds (the worker's step log shows them as `codebook0 draw us`)."""
+        started = time.perf_counter()
         logits = self.talker.codec_head(hidden_states).float()
         rows = hidden_states.shape[0]
         buf = self.buffers
@@ -258,7 +262,9 @@ class Qwen3TTSForVllm(nn.Module):
             noise = unit(buf.sample_noise_base[:rows, None], self._noise_part(logits.shape[1], logits.device))
             chosen = sample(processed, buf.sample_temperature[:rows], buf.sample_top_k[:rows],
                             buf.sample_top_p[:rows], uniform=noise, top_p_active=buf.any_top_p)
-        return torch.full_like(logits, float("-inf")).scatter_(1, chosen[:, None], 0.0)
+        out = torch.full_like(logits, float("-inf")).scatter_(1, chosen[:, None], 0.0)
+        self.last_draw_s = time.perf_counter() - started
+        return out
 
     def _noise_part(self, vocab_size: int, device) -> torch.Tensor:
         """[1, V]: the (draw, index) half of codebook 0's noise, the same at every step (made once)."""
