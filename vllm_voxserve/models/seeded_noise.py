@@ -3,9 +3,9 @@ in any batch. Sampling with it makes a request's output independent of which oth
 it needs no RNG state, so it runs inside CUDA graphs. Integer hashing (a murmur3-style finaliser) on int64 tensors.
 
 The number is `unit(base(seed, step), part(draw, index))`. A caller that launches these ops eagerly at every step
-(codebook 0's draw, outside any graph) may take `base` from the host (`noise_base_on_host`, the same bits from numpy)
-and keep `part` for its fixed draw and indices (`noise_part`): of the ~60 small kernels of `uniform_noise_at`, about
-15 remain per step.
+(codebook 0's draw, outside any graph) may take `base` from the host (`noise_base_on_host` after `seed_half_on_host`,
+the same bits from numpy) and keep `part` for its fixed draw and indices (`noise_part`): of the ~60 small kernels of
+`uniform_noise_at`, about 15 remain per step.
 """
 
 from __future__ import annotations
@@ -53,14 +53,21 @@ def _mix_on_host(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> 16)
 
 
-def noise_base_on_host(seed, step) -> np.ndarray:
-    """`_base(seed, step)` (int64 [B]) computed with numpy from int64 seeds and steps (any sign): uint64 arithmetic
-    wraps modulo 2**64 as int64 does in two's complement, so the low 32 bits every `_mix` keeps are the same."""
+def seed_half_on_host(seed: int) -> int:
+    """The seed's own mix in `_base`, from a signed 64-bit seed: once per request (`noise_base_on_host` takes it)."""
     with np.errstate(over="ignore"):
-        seed = np.asarray(seed, dtype=np.int64).astype(np.uint64)
+        seeded = np.asarray([seed], dtype=np.int64).astype(np.uint64) * np.uint64(0x9E3779B1) + np.uint64(0x632BE5AB)
+    return int(_mix_on_host(seeded)[0])
+
+
+def noise_base_on_host(seed_half, step) -> np.ndarray:
+    """`_base(seed, step)` (int64 [B]) with numpy, from each row's `seed_half_on_host(seed)` and its int64 step (any
+    sign): uint64 arithmetic wraps modulo 2**64 as int64 does in two's complement, so the low 32 bits every `_mix`
+    keeps are the same."""
+    with np.errstate(over="ignore"):
         step = np.asarray(step, dtype=np.int64).astype(np.uint64)
-        seeded = _mix_on_host(seed * np.uint64(0x9E3779B1) + np.uint64(0x632BE5AB))
-        return _mix_on_host(seeded ^ (step * np.uint64(0x85EBCA77))).astype(np.int64)
+        mixed = np.asarray(seed_half, dtype=np.uint64) ^ (step * np.uint64(0x85EBCA77))
+    return _mix_on_host(mixed).astype(np.int64)
 
 
 def uniform_noise(seed: torch.Tensor, step: torch.Tensor, draws: int, size: int) -> torch.Tensor:

@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from vllm_voxserve.models.qwen3_tts.sampling import apply_talker_rules, sample
 from vllm_voxserve.models.qwen3_tts.step_buffers import ServedRequest, StepBuffers
 from vllm_voxserve.models.qwen3_tts.vllm_model import CODEBOOK0_DRAW, Qwen3TTSForVllm
-from vllm_voxserve.models.seeded_noise import noise_base_on_host, noise_part, unit, uniform_noise_at
+from vllm_voxserve.models.seeded_noise import noise_base_on_host, noise_part, seed_half_on_host, unit, uniform_noise_at
 from vllm_voxserve.models.step_layout import StepLayout
 
 H, V, EOS = 4, 64, 60
@@ -95,7 +95,7 @@ def test_noise_base_from_the_host_is_the_devices_hash():
     seeds = torch.tensor(SEEDS, dtype=torch.long)
     steps = torch.tensor([0, 1, -3, 5, 2**31 + 7, -(2**40)], dtype=torch.long)
     index = torch.arange(V).expand(len(SEEDS), -1)
-    from_host = torch.from_numpy(noise_base_on_host(SEEDS, steps.tolist()))
+    from_host = torch.from_numpy(noise_base_on_host([seed_half_on_host(s) for s in SEEDS], steps.tolist()))
     assert torch.equal(unit(from_host[:, None], noise_part(CODEBOOK0_DRAW, torch.arange(V))[None, :]),
                        uniform_noise_at(seeds, steps, CODEBOOK0_DRAW, index))
 

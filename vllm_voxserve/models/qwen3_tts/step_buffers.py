@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from vllm_voxserve.models.seeded_noise import noise_base_on_host
+from vllm_voxserve.models.seeded_noise import noise_base_on_host, seed_half_on_host
 from vllm_voxserve.models.step_layout import StepLayout
 
 
@@ -25,6 +25,8 @@ _INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_i
              "sample_slot", "sample_noise_base", "sample_step", "sample_top_k")
 _BOOL_ROWS = ("is_decode", "suppress_eos")
 _FLOAT_ROWS = ("cp_temperature", "cp_top_p", "sample_temperature", "sample_top_p", "sample_penalty")
+_ZERO_SEED_HALF = seed_half_on_host(0)  # a placeholder row's (greedy: its noise is never read)
+_TEMPERATURE_ROW, _TOP_P_ROW = _FLOAT_ROWS.index("sample_temperature"), _FLOAT_ROWS.index("sample_top_p")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # fill's per-request hook (tests' fault injection): called with the request and its frame count before its rows
@@ -80,6 +82,7 @@ class ServedRequest:
     resuming: bool = False
     # what every decode row of it writes, gathered once (fill's per-row loop appends this one tuple)
     decode_constants: tuple = ()
+    noise_seed_half: int = 0  # its seed's half of codebook 0's counter noise (`seeded_noise.seed_half_on_host`)
 
     def __post_init__(self) -> None:
         # Every step writes these into int64 / float32 rows shared by the whole batch: a value that does not fit
@@ -89,6 +92,7 @@ class ServedRequest:
             if not _INT64_MIN <= value <= _INT64_MAX:
                 raise ValueError(f"{name} {value} is outside the signed 64-bit range")
         self.decode_constants = (self.cp_temperature, self.cp_top_p, self.cp_top_k, self.seed)
+        self.noise_seed_half = seed_half_on_host(self.seed)
 
     def decode_text_id(self, step: int) -> int:
         return self.decode_text_ids[step] if step < len(self.decode_text_ids) else self.tts_pad_id
@@ -198,7 +202,7 @@ class StepBuffers:
         decode_rows: list[DecodeRow] = []
         # Per request (one entry each) and per decode row, gathered in lists and written to the arrays at once.
         slots, pads, fixed, stash_rows, stash_slots = [], [], [], [], []
-        samples = []  # per request: codebook 0's (slot, seed, draw, top_k, temperature, top_p, penalty)
+        samples = []  # per request: codebook 0's (slot, seed's noise half, draw, top_k, temperature, top_p, penalty)
         d_rows, d_text, d_step, d_constants = [], [], [], []
         row = 0
         for req_id, count, start in zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True):
@@ -217,14 +221,14 @@ class StepBuffers:
             if req is None or req.failed is not None:
                 # a warm-up or dummy batch of vLLM's, or a failed request: rows compute nothing that is kept
                 slots.append(0), pads.append(0), fixed.append(False)
-                samples.append((self.scratch_slot, 0, 0, 0, 0.0, 1.0, 1.0))
+                samples.append((self.scratch_slot, _ZERO_SEED_HALF, 0, 0, 0.0, 1.0, 1.0))
                 row += count
                 continue
             slots.append(req.slot), pads.append(req.tts_pad_id), fixed.append(req.fixed_length)
             temperature, k, p, penalty = req.talker_sampling
             # the draw is the number of tokens generated before this step's sample (negative for a partial prefill,
             # whose sample vLLM discards)
-            samples.append((req.slot, req.seed, start + count - req.prompt_len, k, temperature, p, penalty))
+            samples.append((req.slot, req.noise_seed_half, start + count - req.prompt_len, k, temperature, p, penalty))
             if decode_at is not None:
                 r, step = row + decode_at - start, decode_at - req.prompt_len
                 d_rows.append(r), d_text.append(req.decode_text_id(step)), d_step.append(step)
@@ -246,9 +250,9 @@ class StepBuffers:
             s_base[: len(samples)] = noise_base_on_host(s_values[1], s_values[2])
             for i, values in enumerate(s_values[4:]):
                 floats[2 + i, : len(samples)] = values
-            temperatures, top_ps = s_values[4], s_values[5]
-            self.any_sampled = any(t > 0 for t in temperatures)
-            self.any_top_p = any(t > 0 and p < 1 for t, p in zip(temperatures, top_ps))
+            sampled = floats[_TEMPERATURE_ROW, : len(samples)] > 0
+            self.any_sampled = bool(sampled.any())
+            self.any_top_p = bool((sampled & (floats[_TOP_P_ROW, : len(samples)] < 1)).any())
         else:
             self.any_sampled = self.any_top_p = False
         write_slot[stash_rows] = stash_slots
