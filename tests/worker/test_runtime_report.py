@@ -112,6 +112,8 @@ def test_step_log_splits_the_lanes_pump_into_its_parts(program):
     assert parts[1][:4] == [0, 0, 0, 0] and parts[1][4] > 0
     assert parts[4] == [0] * 5
     assert set(runtime.pipeline.lanes.pump_seconds.values()) == {0.0}  # read and reset by the step log
+    # its whole host time is also counted over the window (the line's mean rate beside the per-step median)
+    assert runtime.host_times._counts["lanes pump host us"] == sum(gauges["lanes pump us"]) > 0
 
 
 def test_step_log_shows_the_models_codebook0_draw_once_a_step(program):
