@@ -6,7 +6,9 @@ rates: steps, mean decode batch, the backbone's frames per second, decode and pr
 (p50), the step interval (p50/p90), the device's idle gap before a step (p50/p90: the host time it waited for), our
 host time (p50 of the total), each codec lane's busy share and mean batch, the gauges (open audio streams, chunks
 waiting for a lane: p50/max), and the worker's part of the time to first audio of the requests that heard it in the
-window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms). The scheduler's lines get their own table:
+window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms), and the lanes pump's host time (p50/p99 of
+a step, and in parentheses its mean in ms a second of steps: the median says how the work is spread over the steps,
+the rate how much there is). The scheduler's lines get their own table:
 its host time, admitted streams, admission's capacity estimates and demand shares, and its decisions by reason.
 """
 
@@ -26,7 +28,7 @@ _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms af
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
            "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",
            "admitted streams", "capacity backbone frames/s", "capacity codec frames/s", "step overhead ms",
-           "demand % of backbone", "demand % of codec")
+           "demand % of backbone", "demand % of codec", "codebook0 draw us")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
                    r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 
@@ -69,6 +71,10 @@ def parse_line(text: str) -> dict | None:
     frames = re.search(r"; backbone frames (\d+)/s", match.group(4))
     if frames:
         row["frames_per_s"] = int(frames.group(1))
+    for name, key in (("lanes pump host us", "pump_us_per_s"), ("codebook0 draw host us", "draw_us_per_s")):
+        rate = re.search(rf"; {name} (\d+)/s", match.group(4))  # host microseconds a second: the mean share
+        if rate:
+            row[key] = int(rate.group(1))
     return row
 
 
@@ -91,7 +97,7 @@ def _cell(row: dict, name: str, key: str = "p50", scale: float = 1.0, digits: in
 
 def format_table(rows: list[dict]) -> str:
     head = ("time      steps batch frames/s decode  prefill(share)  interval p50/p90  gap p50/p90  host  urgent  "
-            "background    streams  waiting  to cut   to audio   pump us p50/p99")
+            "background    streams  waiting  to cut   to audio   pump us p50/p99 (ms/s)")
     lines = [head]
     scheduler = [r for r in rows if r.get("source") == "scheduler"]
     for r in rows:
@@ -113,7 +119,8 @@ def format_table(rows: list[dict]) -> str:
                      f"{_cell(r, 'device gap before a step', digits=2):>5}/"
                      f"{_cell(r, 'device gap before a step', 'p90', digits=2):<5}  "
                      f"{_cell(r, 'total', digits=2):>4}  {lanes}  {gauges}  "
-                     f"{_cell(r, 'lanes pump us', digits=0)}/{_cell(r, 'lanes pump us', 'p99', digits=0)}")
+                     f"{_cell(r, 'lanes pump us', digits=0)}/{_cell(r, 'lanes pump us', 'p99', digits=0)}"
+                     f" ({_cell(r, 'pump_us_per_s', scale=1e-3)})")
     if scheduler:  # the policy's own host time a step (schedule + update), in the same engine-core thread
         lines += ["", "time      steps  scheduler host ms p50/p90 (schedule, update, total)  admitted streams  "
                       "capacity frames/s backbone/codec  demand % backbone/codec max  admission decisions"]

@@ -17,6 +17,8 @@ def test_a_logged_window_round_trips_into_a_row():
         timer.add_gauge("first chunk ms after prefill", 40.0 + step)
         timer.add_gauge("first audio ms after cut", 2.5)
         timer.add_count("backbone frames", 8)
+        timer.add_gauge("lanes pump us", 900 if step == 3 else 100)
+        timer.add_count("lanes pump host us", 900 if step == 3 else 100)
         timer.end_step()
     row = parse_line(f"(EngineCore pid=1) INFO 11-30 17:04:10 [step_timing.py:72] {lines[0]}")
     assert row["time"] == "17:04:10" and row["steps"] == 4 and row["batch"] == 8.0
@@ -29,9 +31,11 @@ def test_a_logged_window_round_trips_into_a_row():
     assert row["first chunk ms after prefill"] == {"p50": 42.0, "p99": 43.0, "max": 43.0}
     assert row["first audio ms after cut"]["p50"] == 2.5
     assert row["frames_per_s"] == 1067  # 32 frames over 30 ms of step intervals
+    # the pump's median step and its mean: 1,200 us over 30 ms of step intervals is 40 ms a second
+    assert row["lanes pump us"]["p50"] == 100 and row["pump_us_per_s"] == 40000
     table = format_table([row])
     assert table.splitlines()[1].split()[3] == "1067"
-    assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  2/2  -/-")
+    assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  2/2  100/900 (40.0)")
 
 
 def test_the_schedulers_window_gets_its_own_table():

@@ -112,6 +112,21 @@ def test_step_log_splits_the_lanes_pump_into_its_parts(program):
     assert parts[1][:4] == [0, 0, 0, 0] and parts[1][4] > 0
     assert parts[4] == [0] * 5
     assert set(runtime.pipeline.lanes.pump_seconds.values()) == {0.0}  # read and reset by the step log
+    # its whole host time is also counted over the window (the line's mean rate beside the per-step median)
+    assert runtime.host_times._counts["lanes pump host us"] == sum(gauges["lanes pump us"]) > 0
+
+
+def test_step_log_shows_the_models_codebook0_draw_once_a_step(program):
+    """The model's eager draw runs on the engine's thread beside our parts: a gauge of its host time, one sample for
+    each step that drew (Model Runner V2 draws before after_forward)."""
+    runtime = runtime_with(program)
+    runtime.pipeline.open("r", "key", "ipc://unused")
+    for position, drew in ((20, 0.0005), (21, None), (22, 0.0012)):
+        runtime.model.last_draw_s = drew
+        runtime.prepare_step(StepLayout(("r",), (1,), (position,)))
+        runtime.after_forward()
+    assert runtime.host_times._gauges["codebook0 draw us"] == [500, 1200]
+    assert runtime.model.last_draw_s is None  # read once
 
 
 def test_report_attached_to_a_model_runner_output_survives_pickling(program):

@@ -131,6 +131,11 @@ class SpeechRuntime:
         self.host_times.add("after_forward", time.perf_counter() - started)
         # levels that bound admission and show a codec backlog (p50/p99/max in the periodic line)
         self.host_times.add_gauge("open audio streams", len(self.pipeline.streams))
+        draw_s = getattr(self.model, "last_draw_s", None)  # the model's codebook-0 draw, eager on this thread
+        if draw_s is not None:
+            self.host_times.add_gauge("codebook0 draw us", round(draw_s * 1e6))
+            self.host_times.add_count("codebook0 draw host us", round(draw_s * 1e6))
+            self.model.last_draw_s = None
         for frames_s, codec_s in self.pipeline.first_audio_paths:  # requests that heard their first audio
             self.host_times.add_gauge("first chunk ms after prefill", round(frames_s * 1e3, 1))
             self.host_times.add_gauge("first audio ms after cut", round(codec_s * 1e3, 1))
@@ -139,7 +144,11 @@ class SpeechRuntime:
         if lanes is not None:
             self.host_times.add_gauge("chunks waiting for a lane", lanes.queued_chunks)
             # every pump since the last step (most run in after_forward), whole and by part
-            self.host_times.add_gauge("lanes pump us", round(sum(lanes.pump_seconds.values()) * 1e6))
+            pump_us = round(sum(lanes.pump_seconds.values()) * 1e6)
+            self.host_times.add_gauge("lanes pump us", pump_us)
+            # and as a rate over the window (its mean share of the thread): a per-step median says how the work is
+            # spread over steps (a background batch every step, or one in three), not how much there is
+            self.host_times.add_count("lanes pump host us", pump_us)
             for part, seconds in lanes.pump_seconds.items():
                 self.host_times.add_gauge(f"lanes {part} us", round(seconds * 1e6))
                 lanes.pump_seconds[part] = 0.0

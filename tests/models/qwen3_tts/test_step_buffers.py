@@ -4,6 +4,7 @@ import torch
 from vllm_voxserve.models.qwen3_tts.job import CodePredictorSampling, SpeechJob
 from vllm_voxserve.models.qwen3_tts.prompt import SpeechPrompt
 from vllm_voxserve.models.qwen3_tts.step_buffers import ServedRequest, StepBuffers
+from vllm_voxserve.models.seeded_noise import _base
 from vllm_voxserve.models.step_layout import StepLayout
 
 H = 4
@@ -166,9 +167,12 @@ def test_fill_writes_codebook0_sampling_per_request_row():
     # a prefills all 3 prompt rows; b decodes at position 2 + 4 (it has generated 5 tokens)
     buffers.fill(StepLayout(["a", "b"], [3, 1], [0, 6]), {"a": a, "b": b})
     assert buffers.sample_slot[:2].tolist() == [2, 1]
-    assert buffers.sample_seed[:2].tolist() == [-(2**63), 2**63 - 1]
+    # the (seed, draw) half of each row's counter noise, hashed on the host as the device would
+    seeds, steps = torch.tensor([-(2**63), 2**63 - 1]), torch.tensor([0, 5])
+    assert torch.equal(buffers.sample_noise_base[:2], _base(seeds, steps))
     assert buffers.sample_step[:2].tolist() == [0, 5]
     assert buffers.sample_top_k[:2].tolist() == [40, 0]
     assert buffers.sample_temperature[:2].tolist() == pytest.approx([0.7, 0.0])
     assert buffers.sample_top_p[:2].tolist() == pytest.approx([0.8, 1.0])
     assert buffers.sample_penalty[:2].tolist() == pytest.approx([1.1, 1.0])
+    assert buffers.any_sampled and buffers.any_top_p  # a samples with top_p 0.8

@@ -16,14 +16,17 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from vllm_voxserve.models.seeded_noise import noise_base_on_host, seed_half_on_host
 from vllm_voxserve.models.step_layout import StepLayout
 
 
 # Host staging rows of the integer, boolean and float buffers (one array of each, one row per buffer, by its name).
 _INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_index",
-             "sample_slot", "sample_seed", "sample_step", "sample_top_k")
+             "sample_slot", "sample_noise_base", "sample_step", "sample_top_k")
 _BOOL_ROWS = ("is_decode", "suppress_eos")
 _FLOAT_ROWS = ("cp_temperature", "cp_top_p", "sample_temperature", "sample_top_p", "sample_penalty")
+_ZERO_SEED_HALF = seed_half_on_host(0)  # a placeholder row's (greedy: its noise is never read)
+_TEMPERATURE_ROW, _TOP_P_ROW = _FLOAT_ROWS.index("sample_temperature"), _FLOAT_ROWS.index("sample_top_p")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # fill's per-request hook (tests' fault injection): called with the request and its frame count before its rows
@@ -79,6 +82,7 @@ class ServedRequest:
     resuming: bool = False
     # what every decode row of it writes, gathered once (fill's per-row loop appends this one tuple)
     decode_constants: tuple = ()
+    noise_seed_half: int = 0  # its seed's half of codebook 0's counter noise (`seeded_noise.seed_half_on_host`)
 
     def __post_init__(self) -> None:
         # Every step writes these into int64 / float32 rows shared by the whole batch: a value that does not fit
@@ -88,6 +92,7 @@ class ServedRequest:
             if not _INT64_MIN <= value <= _INT64_MAX:
                 raise ValueError(f"{name} {value} is outside the signed 64-bit range")
         self.decode_constants = (self.cp_temperature, self.cp_top_p, self.cp_top_k, self.seed)
+        self.noise_seed_half = seed_half_on_host(self.seed)
 
     def decode_text_id(self, step: int) -> int:
         return self.decode_text_ids[step] if step < len(self.decode_text_ids) else self.tts_pad_id
@@ -126,16 +131,20 @@ class StepBuffers:
         self.seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.frame_index = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.suppress_eos = torch.zeros(max_tokens, dtype=torch.bool, **kw)  # per request row of compute_logits
-        # Codebook 0's sampling, per request row of compute_logits: the request's slot, seed and draw (the tokens it
-        # has generated), its settings; and per slot the codebook-0 ids it generated (its repetition penalty).
+        # Codebook 0's sampling, per request row of compute_logits: the request's slot, the (seed, draw) half of its
+        # counter noise (`seeded_noise.noise_base_on_host`; the draw is the number of tokens it has generated), that
+        # draw, its settings; and per slot the codebook-0 ids it generated (its repetition penalty).
         self.sample_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.sample_seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
+        self.sample_noise_base = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_step = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_top_k = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_temperature = torch.zeros(max_tokens, dtype=torch.float32, **kw)
         self.sample_top_p = torch.ones(max_tokens, dtype=torch.float32, **kw)
         self.sample_penalty = torch.ones(max_tokens, dtype=torch.float32, **kw)
         self.seen = torch.zeros(max_slots + 1, vocab_size, dtype=torch.bool, **kw)
+        # Known on the host at fill, so compute_logits launches only the ops the step's rows need: whether any
+        # request row samples (temperature > 0), and whether any of those cuts by top-p (top_p < 1).
+        self.any_sampled, self.any_top_p = True, True
         # Outputs of the forward: the hidden state stash (one row per slot + scratch) and each row's frame codes.
         self.stash = torch.zeros(max_slots + 1, hidden_size, dtype=dtype, **kw)
         self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
@@ -188,12 +197,12 @@ class StepBuffers:
         ints[_INT_ROWS.index("write_slot"), : n + 1] = self.scratch_slot
         bools[:, : n + 1] = False
         floats[0, : n + 1], floats[1, : n + 1] = 0.0, 1.0
-        text_ids, read_slot, write_slot, top_k, seed, frame_index, s_slot, s_seed, s_step, s_top_k = ints
+        text_ids, read_slot, write_slot, top_k, seed, frame_index, s_slot, s_base, s_step, s_top_k = ints
         is_decode, suppress = bools
         decode_rows: list[DecodeRow] = []
         # Per request (one entry each) and per decode row, gathered in lists and written to the arrays at once.
         slots, pads, fixed, stash_rows, stash_slots = [], [], [], [], []
-        samples = []  # per request: codebook 0's (slot, seed, draw, top_k, temperature, top_p, penalty)
+        samples = []  # per request: codebook 0's (slot, seed's noise half, draw, top_k, temperature, top_p, penalty)
         d_rows, d_text, d_step, d_constants = [], [], [], []
         row = 0
         for req_id, count, start in zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True):
@@ -212,14 +221,14 @@ class StepBuffers:
             if req is None or req.failed is not None:
                 # a warm-up or dummy batch of vLLM's, or a failed request: rows compute nothing that is kept
                 slots.append(0), pads.append(0), fixed.append(False)
-                samples.append((self.scratch_slot, 0, 0, 0, 0.0, 1.0, 1.0))
+                samples.append((self.scratch_slot, _ZERO_SEED_HALF, 0, 0, 0.0, 1.0, 1.0))
                 row += count
                 continue
             slots.append(req.slot), pads.append(req.tts_pad_id), fixed.append(req.fixed_length)
             temperature, k, p, penalty = req.talker_sampling
             # the draw is the number of tokens generated before this step's sample (negative for a partial prefill,
             # whose sample vLLM discards)
-            samples.append((req.slot, req.seed, start + count - req.prompt_len, k, temperature, p, penalty))
+            samples.append((req.slot, req.noise_seed_half, start + count - req.prompt_len, k, temperature, p, penalty))
             if decode_at is not None:
                 r, step = row + decode_at - start, decode_at - req.prompt_len
                 d_rows.append(r), d_text.append(req.decode_text_id(step)), d_step.append(step)
@@ -236,10 +245,16 @@ class StepBuffers:
         suppress[: len(fixed)] = fixed
         if samples:
             s_values = list(zip(*samples))
-            for target, values in zip((s_slot, s_seed, s_step, s_top_k), s_values[:4]):
+            for target, values in zip((s_slot, s_step, s_top_k), (s_values[0], s_values[2], s_values[3])):
                 target[: len(samples)] = values
+            s_base[: len(samples)] = noise_base_on_host(s_values[1], s_values[2])
             for i, values in enumerate(s_values[4:]):
                 floats[2 + i, : len(samples)] = values
+            sampled = floats[_TEMPERATURE_ROW, : len(samples)] > 0
+            self.any_sampled = bool(sampled.any())
+            self.any_top_p = bool((sampled & (floats[_TOP_P_ROW, : len(samples)] < 1)).any())
+        else:
+            self.any_sampled = self.any_top_p = False
         write_slot[stash_rows] = stash_slots
         if d_rows:
             text_ids[d_rows], is_decode[d_rows], frame_index[d_rows] = d_text, True, d_step

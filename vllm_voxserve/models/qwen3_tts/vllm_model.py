@@ -9,6 +9,7 @@ reference modules, reused as they are.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
 import torch
@@ -21,7 +22,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
 
 from vllm_voxserve.config import process_config
-from vllm_voxserve.models.seeded_noise import uniform_noise_at
+from vllm_voxserve.models.seeded_noise import noise_part, unit
 from vllm_voxserve.models.step_layout import StepLayout
 
 from .code_predictor import CodePredictor
@@ -93,6 +94,7 @@ class Qwen3TTSForVllm(nn.Module):
         rules = TalkerGenerationRules.from_tables(self.tables)
         self.eos_id = rules.eos_id
         self.rules = rules
+        self.last_draw_s: float | None = None  # host seconds of the last codebook-0 draw (`compute_logits`)
         # an id the talker never emits: decode rows' marks of generated ids go there for padding rows
         self.inert_id = min(rules.suppressed_ids)
         suppressed = torch.zeros(config.talker_config.vocab_size, dtype=torch.bool)
@@ -237,7 +239,13 @@ class Qwen3TTSForVllm(nn.Module):
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Codebook 0 is drawn here, with the official talker rules and the request's counter noise (seed, tokens
         generated so far), so a request's codes do not depend on its batch; vLLM gets the drawn id as the only
-        finite logit, which any of its samplers keeps."""
+        finite logit, which any of its samplers keeps.
+
+        Model Runner V2 calls this eagerly on the engine's one thread at every step, so each op is a kernel launch's
+        host time there: the noise's (seed, draw) half comes from the host (`StepBuffers.fill`), its (draw, index)
+        half is kept, and the fill's flags leave out top-p, or the whole draw, when no row of the step needs it.
+        `last_draw_s`: this call's host seconds (the worker's step log shows them as `codebook0 draw us`)."""
+        started = time.perf_counter()
         logits = self.talker.codec_head(hidden_states).float()
         rows = hidden_states.shape[0]
         buf = self.buffers
@@ -246,13 +254,25 @@ class Qwen3TTSForVllm(nn.Module):
         mask = self.suppressed[None, :].expand(rows, -1).clone()
         mask[:, self.eos_id] = buf.suppress_eos[:rows]
         seen = buf.seen.index_select(0, buf.sample_slot[:rows])
-        steps = buf.sample_step[:rows]
-        processed = apply_talker_rules(logits, self.rules, steps, mask, seen, buf.sample_penalty[:rows])
-        ids = torch.arange(logits.shape[1], device=logits.device).expand(rows, -1)
-        noise = uniform_noise_at(buf.sample_seed[:rows], steps, CODEBOOK0_DRAW, ids)
-        chosen = sample(processed, buf.sample_temperature[:rows], buf.sample_top_k[:rows], buf.sample_top_p[:rows],
-                        uniform=noise)
-        return torch.full_like(logits, float("-inf")).scatter_(1, chosen[:, None], 0.0)
+        processed = apply_talker_rules(logits, self.rules, buf.sample_step[:rows], mask, seen,
+                                       buf.sample_penalty[:rows])
+        if not buf.any_sampled:  # every row greedy (`sample`'s rule for temperature <= 0)
+            chosen = processed.argmax(dim=-1)
+        else:
+            noise = unit(buf.sample_noise_base[:rows, None], self._noise_part(logits.shape[1], logits.device))
+            chosen = sample(processed, buf.sample_temperature[:rows], buf.sample_top_k[:rows],
+                            buf.sample_top_p[:rows], uniform=noise, top_p_active=buf.any_top_p)
+        out = torch.full_like(logits, float("-inf")).scatter_(1, chosen[:, None], 0.0)
+        self.last_draw_s = time.perf_counter() - started
+        return out
+
+    def _noise_part(self, vocab_size: int, device) -> torch.Tensor:
+        """[1, V]: the (draw, index) half of codebook 0's noise, the same at every step (made once)."""
+        part = getattr(self, "_codebook0_noise_part", None)
+        if part is None or part.shape[1] != vocab_size or part.device != device:
+            ids = torch.arange(vocab_size, device=device, dtype=torch.long)
+            part = self._codebook0_noise_part = noise_part(CODEBOOK0_DRAW, ids)[None, :]
+        return part
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         params = dict(self.named_parameters())

@@ -1,0 +1,222 @@
+"""The codec lanes' batching at a given load, on this machine's CPU, with the lanes' device time simulated.
+
+    python -m benchmarks.lane_batching --streams 150 --step-ms 14.5,20 [--steps 600] [--profile]
+
+The worker's real audio pipeline and lane dispatch (`SpeechRuntime._after_forward`: frames to streams, chunks cut,
+the pump's harvest, plan and launch) run against a codec that decodes nothing; what a GPU would add is simulated on
+a clock that advances `--step-ms` per engine step: each lane batch finishes after its device time by the H200 cost
+seed (`costs.h200_seed`, at the batch's executable bucket), one batch after another on its lane. `--streams`
+requests generate one frame a step each (lengths spread around `--frames`); one that ends is replaced by a new one.
+
+Prints per step interval: background and urgent batches (count per step, mean size, the lane's busy share), and the
+pump's host time per step on this CPU by part (harvest, deliver, plan, launch): how the engine step interval sets
+the background batches and so the host work the pump does each step. The simulated device time is an assumption
+(the seed's lines); the host times are this CPU's, not the GPU host's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import types
+
+import torch
+
+from vllm_voxserve.codec_lanes import codec_lane
+from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.models.qwen3_tts.step_buffers import DecodeRow
+from vllm_voxserve.worker.audio_pipeline import AudioPipeline
+from vllm_voxserve.worker.runtime import SpeechRuntime
+
+# The H200's codec lines (`costs.h200_seed`, run 2026-12-02_78cd88a): background on 64 SMs beside the backbone,
+# urgent on the whole GPU; written out so that the same script runs at commits before that seed existed.
+_DEVICE_S = {codec_lane.LaneKind.URGENT: (1.7e-3, (4.0e-3 - 1.7e-3) / 7),
+             codec_lane.LaneKind.BACKGROUND: (6.0e-3 - 4 * (45.6e-3 - 6.0e-3) / 60, (45.6e-3 - 6.0e-3) / 60)}
+
+
+class SimClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _SimEvent:
+    """A CUDA event's part the lanes use, on the simulated clock."""
+
+    def __init__(self, clock: SimClock, at: float) -> None:
+        self.clock, self.at = clock, at
+
+    def query(self) -> bool:
+        return self.clock.t >= self.at
+
+    def synchronize(self) -> None:
+        self.clock.t = max(self.clock.t, self.at)
+
+    def elapsed_time(self, end: "_SimEvent") -> float:
+        return (end.at - self.at) * 1e3
+
+
+class SimulatedLanes:
+    """Patches `CodecLane.launch` so that each batch finishes after its simulated device time, in launch order."""
+
+    def __init__(self, clock: SimClock) -> None:
+        self.clock, self.free_at, self.batches, self.turned_urgent = clock, {}, [], 0
+
+    def install(self) -> None:
+        """Until `uninstall`: every CodecLane of this process launches on the simulated clock."""
+        self.original = original = codec_lane.CodecLane.launch
+        sim = self
+
+        def launch(lane, chunks, slots, fresh_slots):
+            original(lane, chunks, slots, fresh_slots)
+            bucket = min(b for b in lane.executables.buckets if b >= len(chunks))
+            fixed, per_chunk = _DEVICE_S[lane.kind]
+            start = max(sim.clock.t, sim.free_at.get(lane.kind, 0.0))
+            end = start + fixed + per_chunk * bucket
+            sim.free_at[lane.kind] = end
+            batch = lane._in_flight[-1]
+            batch.start, batch.done = _SimEvent(sim.clock, start), _SimEvent(sim.clock, end)
+            sim.batches.append((lane.kind.value, len(chunks), end - start))
+            if lane.kind is codec_lane.LaneKind.URGENT:  # chunks past their first that turned urgent
+                sim.turned_urgent += sum(c.chunk_index > 0 for c in chunks)
+
+        codec_lane.CodecLane.launch = launch
+
+    def uninstall(self) -> None:
+        codec_lane.CodecLane.launch = self.original
+
+
+class _NoCodec:
+    frame_rate_hz, samples_per_frame, codes_per_frame = 12.5, 1920, 16
+
+    def make_state_pool(self, num_slots: int, device):
+        return types.SimpleNamespace(num_slots=num_slots, reset=lambda slots: None)
+
+    def decode(self, codes, slots, pool):
+        return torch.zeros(codes.shape[0], codes.shape[1] * self.samples_per_frame)
+
+
+class _NoSender:
+    def send_audio(self, *args) -> None:
+        pass
+
+    send_end = send_error = send_audio
+
+
+class _Streams:
+    """`--streams` requests, each completing one frame a step; one that ends is finished and replaced."""
+
+    def __init__(self, runtime, streams: int, frames: int, rng: random.Random) -> None:
+        self.runtime, self.streams, self.frames, self.rng = runtime, streams, frames, rng
+        self.made: dict[str, int] = {}
+        self.length: dict[str, int] = {}
+        self.opened = 0
+        self.codes = torch.zeros(streams, 16, dtype=torch.int64)
+        self.requests: dict[str, types.SimpleNamespace] = {}
+
+    def refill(self) -> None:
+        while len(self.made) < self.streams:
+            req_id = f"r{self.opened}"
+            self.opened += 1
+            self.runtime.pipeline.open(req_id, f"key-{req_id}", "addr")
+            self.requests[req_id] = types.SimpleNamespace(req_id=req_id, failed=None)
+            self.made[req_id] = 0
+            self.length[req_id] = max(8, round(self.frames * self.rng.uniform(0.5, 1.5)))
+
+    def take_frames(self):
+        ids = list(self.made)
+        rows = [DecodeRow(i, r, self.made[r]) for i, r in enumerate(ids)]
+        for r in ids:
+            self.made[r] += 1
+        return self.codes[: len(ids)], rows
+
+    def finish_done(self) -> None:
+        for req_id in [r for r, n in self.made.items() if n >= self.length[r]]:
+            del self.made[req_id], self.length[req_id], self.requests[req_id]
+            self.runtime.finish(req_id)
+
+
+def run(streams: int, step_s: float, steps: int, frames: int, warmup: int, profile: cProfile.Profile | None,
+        config_tree: dict | None = None) -> dict:
+    clock = SimClock()
+    sim = SimulatedLanes(clock)
+    tree = {"codec_mode": "lanes", "max_codec_slots": 4 * streams, **(config_tree or {})}
+    config = VoxServeConfig.from_tree(tree) if hasattr(VoxServeConfig, "from_tree") else VoxServeConfig.from_dict(tree)
+    runtime = SpeechRuntime.__new__(SpeechRuntime)  # the per-step parts only: no checkpoint behind it
+    runtime.config, runtime.device = config, torch.device("cpu")
+    runtime._failed = {} if hasattr(SpeechRuntime, "_fail_start") else set()  # a set before fault isolation
+    runtime.pipeline = AudioPipeline(_NoCodec(), config, _NoSender(), torch.device("cpu"), clock=clock)
+    runtime._init_report()
+    runtime.model = source = _Streams(runtime, streams, frames, random.Random(0))
+    runtime.model.remove_request = lambda req_id: None
+    lanes = runtime.pipeline.lanes
+    sim.install()
+    try:
+        parts = dict.fromkeys(lanes.pump_seconds, 0.0)
+        per_step: list[float] = []  # the pump's host seconds of each counted step (the step log's gauge)
+        counted_from = None
+        for i in range(warmup + steps):
+            if i == warmup:
+                counted_from, sim.batches, sim.turned_urgent = clock.t, [], 0
+                for part in lanes.pump_seconds:
+                    lanes.pump_seconds[part] = 0.0
+                if profile is not None:
+                    profile.enable()
+            source.refill()
+            runtime._after_forward()
+            runtime.step_report(costs=False)
+            source.finish_done()
+            if i >= warmup:
+                for part, seconds in lanes.pump_seconds.items():
+                    parts[part] += seconds
+                per_step.append(sum(lanes.pump_seconds.values()))
+            for part in lanes.pump_seconds:
+                lanes.pump_seconds[part] = 0.0
+            clock.t += step_s
+        if profile is not None:
+            profile.disable()
+    finally:
+        sim.uninstall()
+    wall = clock.t - counted_from
+    result = {"streams": streams, "step_ms": step_s * 1e3, "steps": steps,
+              "pump_us_per_step": {p: s / steps * 1e6 for p, s in parts.items()},
+              "turned_urgent_per_step": sim.turned_urgent / steps,
+              "pump_us_p50": sorted(per_step)[len(per_step) // 2] * 1e6, "pump_us_mean": sum(per_step) / steps * 1e6}
+    for lane in ("background", "urgent"):
+        sizes = [(n, s) for kind, n, s in sim.batches if kind == lane]
+        result[lane] = {"batches_per_step": len(sizes) / steps,
+                        "mean_batch": sum(n for n, _ in sizes) / len(sizes) if sizes else 0.0,
+                        "busy": sum(s for _, s in sizes) / wall}
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, default=150)
+    ap.add_argument("--step-ms", default="14.5,20")
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--frames", type=int, default=97, help="mean frames a request (LibriTTS test-clean: 97)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the counted steps (top 25 by own time)")
+    args = ap.parse_args()
+    for step_ms in (float(s) for s in args.step_ms.split(",")):
+        profile = cProfile.Profile() if args.profile else None
+        r = run(args.streams, step_ms / 1e3, args.steps, args.frames, args.warmup, profile)
+        pump = r["pump_us_per_step"]
+        background, urgent = r["background"], r["urgent"]
+        print(f"{r['streams']} streams, step {r['step_ms']:.1f} ms: background {background['batches_per_step']:.2f}"
+              f" batches/step of mean {background['mean_batch']:.1f}, busy {background['busy']:.0%}; "
+              f"urgent {urgent['batches_per_step']:.2f}/step of mean {urgent['mean_batch']:.1f}, busy "
+              f"{urgent['busy']:.0%} ({r['turned_urgent_per_step']:.2f} later chunks/step); pump us/step "
+              + " ".join(f"{p} {v:.0f}" for p, v in pump.items())
+              + f" (mean {r['pump_us_mean']:.0f}, p50 {r['pump_us_p50']:.0f})")
+        if profile is not None:
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
