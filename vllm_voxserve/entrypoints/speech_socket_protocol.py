@@ -14,9 +14,10 @@ Client -> server, JSON text messages:
   one. An utterance whose audio ends without `end` (its `max_new_tokens` reached) also ends with `done`; the socket
   stays open the same way.
 
-Server -> client: JSON events and binary audio. `started` when an utterance opens (from its first text message); before each binary message an
-`audio` event (`index` from 0 within the utterance, `duration_s` of audio the bytes complete); `done` with the
-usage when the utterance ends; `error`, then the socket closes with the code of `ProtocolError`.
+Server -> client: JSON events and binary audio. `started` when an utterance opens (at its first text message);
+before each binary message an `audio` event (`index` from 0 within the utterance, `duration_s` of audio the bytes
+complete); `done` with the usage when the utterance ends; `error`, then the socket closes with the code of
+`ProtocolError`.
 """
 
 from __future__ import annotations
@@ -53,9 +54,13 @@ MESSAGE_TYPES = ("config", "text", "flush", "end", "cancel")
 class ProtocolError(Exception):
     """A message the session cannot take: sent to the client as an `error` event, then the socket closes."""
 
-    def __init__(self, message: str, close_code: int = CLOSE_POLICY, kind: str = "invalid_request_error"):
+    def __init__(self, message: str, close_code: int = CLOSE_POLICY, kind: str = "invalid_request_error",
+                 retry_after_s: float | None = None):
         super().__init__(message)
-        self.message, self.close_code, self.kind = message, close_code, kind
+        self.message, self.close_code, self.kind, self.retry_after_s = message, close_code, kind, retry_after_s
+
+    def event(self) -> dict:
+        return error_event(self.message, self.kind, self.retry_after_s)
 
 
 @dataclass(frozen=True, slots=True)
