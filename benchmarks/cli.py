@@ -1,10 +1,11 @@
-"""`python -m benchmarks sweep|search|ablation|concurrency ...`: writes record.json (and, but for concurrency, PNG
-plots), prints one summary line per server, mode or concurrency level."""
+"""`python -m benchmarks sweep|search|ablation|concurrency|text-stream ...`: writes record.json (and, but for
+concurrency, PNG plots), prints one summary line per server, mode or concurrency level."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +19,7 @@ from benchmarks.modes import make_switcher
 from benchmarks.record import build_record, write_record
 from benchmarks.report import one_line, result_body, write_outputs
 from benchmarks.sweep import LoadConfig, SweepConfig, run_sweep
+from benchmarks.text_stream import DEFAULT_WORDS_PER_S, TextStreamGenerator
 from benchmarks.workload import FRAMES_PER_WORD
 
 
@@ -122,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     concurrency = sub.add_parser("concurrency", help="closed loop: TTFA with a fixed number of requests in flight")
     _add_load_args(concurrency)
     _add_concurrency_args(concurrency)
+    text = sub.add_parser("text-stream", help="a sweep whose requests send their text word by word over the "
+                                              "WebSocket (WS /v1/audio/speech/stream)")
+    _add_load_args(text)
+    _add_sweep_args(text)
+    g = text.add_argument_group("text stream")
+    g.add_argument("--text-words-per-s", type=float, default=DEFAULT_WORDS_PER_S, help="words sent per second")
+    g.add_argument("--lookahead-words", type=int, default=0,
+                   help="words past a chunk's own that its audio may wait for without the wait counting as a stall")
     return parser
 
 
@@ -171,7 +181,7 @@ def _run_concurrency(args, load: LoadConfig, label: str, out: Path, command: lis
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    strategy = args.strategy if args.command == "ablation" else args.command
+    strategy = {"ablation": getattr(args, "strategy", None), "text-stream": "sweep"}.get(args.command, args.command)
     load = _load_config(args, 60.0 if strategy == "sweep" else 20.0)
     label = args.server_name or args.profile
     out = Path(args.out or f"bench-results/{args.command}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
@@ -183,9 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     search = _search_config(args, load) if strategy == "search" else None
     extra: dict = {}
 
+    make_generator = None
     if args.command == "ablation":
         config = AblationConfig(modes=args.modes, sweep=sweep, search=search, chain_start=args.chain_start,
                                 start_rates=args.mode_start_rates)
+    elif args.command == "text-stream":
+        config = {"sweep": dataclasses.asdict(sweep), "text_words_per_s": args.text_words_per_s,
+                  "lookahead_words": args.lookahead_words}
+        make_generator = functools.partial(TextStreamGenerator, words_per_s=args.text_words_per_s,
+                                           lookahead_words=args.lookahead_words)
     else:
         config = sweep or search
 
@@ -209,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         extra["mode_switch_errors"] = {}  # modes the server could not switch to, each with its error
         results, extra["mode_switch_s"] = run_ablation(config, switcher, on_update=save_partial,
                                                        switch_errors=extra["mode_switch_errors"])
+    elif make_generator is not None:
+        results = {label: run_sweep(sweep, on_update=lambda r: save_partial({label: r}),
+                                    make_generator=make_generator)}
     elif sweep is not None:
         results = {label: run_sweep(sweep, on_update=lambda r: save_partial({label: r}))}
     else:

@@ -35,13 +35,15 @@ class Timeline:
     """What the client saw of one request.
 
     `chunk_times_s[i]` is when network chunk i arrived and `chunk_audio_s[i]` how much audio (header bytes excluded)
-    it carried; chunks with no audio (a lone WAV header) have 0.
+    it carried; chunks with no audio (a lone WAV header) have 0. `chunk_text_ready_s[i]`, for text sent in pieces,
+    is when all the text chunk i speaks had been sent (`text_ready_times`); empty: all of it came with the request.
     """
 
     sent_s: float
     outcome: str
     chunk_times_s: tuple[float, ...] = ()
     chunk_audio_s: tuple[float, ...] = ()
+    chunk_text_ready_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -52,6 +54,8 @@ class Timeline:
             raise ValueError("chunk_times_s must be non-decreasing")
         if any(d < 0 for d in self.chunk_audio_s):
             raise ValueError("chunk_audio_s must be >= 0")
+        if self.chunk_text_ready_s and len(self.chunk_text_ready_s) != len(self.chunk_times_s):
+            raise ValueError("chunk_text_ready_s must be empty or as long as chunk_times_s")
 
 
 def _audio_chunks(timeline: Timeline) -> list[tuple[float, float]]:
@@ -69,23 +73,49 @@ def audio_duration_s(timeline: Timeline) -> float:
 
 
 def playback_pause_s(timeline: Timeline) -> float:
-    """Total pause of a player that starts at the first audio and waits whenever its buffer runs dry.
+    """Total pause of a player that starts at the first audio and waits whenever its buffer runs dry, counting only
+    the server's share of each pause.
 
     The player's buffer runs out at `buffer_end`; a chunk arriving later than that pauses playback until it arrives
-    (Eq. 2 of the paper, with the pauses so far pushing later deadlines back, as a real player does).
+    (Eq. 2 of the paper, with the pauses so far pushing later deadlines back, as a real player does). With text sent
+    in pieces, the part of a pause before the chunk's text was all sent is the client's (the server had nothing to
+    speak yet): only the part after max(buffer_end, text ready) counts.
     """
-    audio = _audio_chunks(timeline)
+    ready = timeline.chunk_text_ready_s or (-math.inf,) * len(timeline.chunk_times_s)
+    audio = [(t, d, r) for t, d, r in zip(timeline.chunk_times_s, timeline.chunk_audio_s, ready) if d > 0]
     if not audio:
         return 0.0
-    first_t, first_d = audio[0]
+    first_t, first_d, _ = audio[0]
     buffer_end = first_t + first_d
     paused = 0.0
-    for arrival, duration in audio[1:]:
+    for arrival, duration, text_ready in audio[1:]:
         if arrival > buffer_end:
-            paused += arrival - buffer_end
+            paused += arrival - max(buffer_end, text_ready)
             buffer_end = arrival
         buffer_end += duration
     return paused
+
+
+def text_ready_times(chunk_audio_s: Sequence[float], word_sent_s: Sequence[float], end_sent_s: float | None,
+                     lookahead_words: int = 0) -> tuple[float, ...]:
+    """When the text each chunk speaks had all been sent, for text sent word by word.
+
+    Which words a chunk speaks is not observable; they are taken as spread evenly over the audio: a chunk whose
+    audio ends at fraction f of the whole needs the first ceil(f * words) words plus `lookahead_words`, and the one
+    that ends the audio also needs the end of the text (`end_sent_s`, the client's `end` message).
+    """
+    words, total = len(word_sent_s), sum(chunk_audio_s)
+    if not words or total <= 0:
+        return tuple(-math.inf for _ in chunk_audio_s)
+    ready, played = [], 0.0
+    for duration in chunk_audio_s:
+        played += duration
+        needed = min(words, math.ceil(words * played / total - 1e-9) + lookahead_words)
+        at = word_sent_s[needed - 1] if needed > 0 else -math.inf
+        if played >= total - 1e-9 and end_sent_s is not None:
+            at = max(at, end_sent_s)
+        ready.append(at)
+    return tuple(ready)
 
 
 def stalled(timeline: Timeline, slo: SloSpec) -> bool:

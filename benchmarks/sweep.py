@@ -297,11 +297,13 @@ def open_session() -> aiohttp.ClientSession:
 
 
 async def sweep_async(config: SweepConfig, warm_up: bool = True,
-                      on_update: Callable[[SweepResult], None] | None = None) -> SweepResult:
-    """Rates in order until one overloads the server. `on_update` sees the result after each rate (partial saves)."""
+                      on_update: Callable[[SweepResult], None] | None = None,
+                      make_generator: Callable[..., LoadGenerator] = LoadGenerator) -> SweepResult:
+    """Rates in order until one overloads the server. `on_update` sees the result after each rate (partial saves);
+    `make_generator(load, session)` sends the requests (another client: `text_stream.TextStreamGenerator`)."""
     result = SweepResult()
     async with open_session() as session:
-        generator = LoadGenerator(config.load, session)
+        generator = make_generator(config.load, session)
         if warm_up:
             await generator.warm_up()
         first_failure: int | None = None  # index of the first rate below the threshold
@@ -331,9 +333,9 @@ async def sweep_async(config: SweepConfig, warm_up: bool = True,
     return result
 
 
-def run_sweep(config: SweepConfig, warm_up: bool = True,
-              on_update: Callable[[SweepResult], None] | None = None) -> SweepResult:
-    return asyncio.run(sweep_async(config, warm_up, on_update))
+def run_sweep(config: SweepConfig, warm_up: bool = True, on_update: Callable[[SweepResult], None] | None = None,
+              make_generator: Callable[..., LoadGenerator] = LoadGenerator) -> SweepResult:
+    return asyncio.run(sweep_async(config, warm_up, on_update, make_generator))
 
 
 def format_rate_line(s: RateSummary) -> str:

@@ -5,11 +5,16 @@ Texts steer it: "REJECT" -> 503 with Retry-After, "FAIL" -> 500, "JSONERR" -> a 
 With response_format=wav it sends the WAV header as its own network chunk, `header_gap_s` before the first PCM.
 It also offers GET /voxserve/modes and POST /voxserve/mode (a mode sets the delay to first audio) and GET /metrics
 with vLLM's running / waiting gauges.
+
+WS /v1/audio/speech/stream speaks each word once it is complete (a space after it, or `end`): one `audio` event and
+`word_audio_s` of PCM per word, the first after `first_audio_delay_s`; a word "STALL" delays the chunk after it by
+`stall_gap_s`, "REJECT" in the text gets an overload error and close 1013.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -38,6 +43,7 @@ class FakeBehavior:
     modes: dict[str, float] = field(default_factory=lambda: {"fast": 0.02, "slow": 0.4})  # first-audio delay
     broken_modes: tuple[str, ...] = ()  # offered, but switching to them fails (HTTP 500), as a mode whose build fails
     metrics: bool = True  # GET /metrics with vLLM's running / waiting gauges (False: 404, as a server without them)
+    word_audio_s: float = 0.2  # the socket's audio per word
 
 
 class FakeSpeechServer:
@@ -45,6 +51,7 @@ class FakeSpeechServer:
         self.behavior = behavior or FakeBehavior()
         self.lifetime_s = lifetime_s  # bounded in time even if a test forgets to stop it
         self.payloads: list[dict] = []
+        self.socket_messages: list[list[dict]] = []  # each socket's messages, in order
         self.mode = "fast"
         self.active = 0
         self.backlog_until = 0.0  # loop time until which /metrics reports one more request running (a drain)
@@ -77,6 +84,7 @@ class FakeSpeechServer:
         self._stopped = asyncio.Event()
         app = web.Application()
         app.router.add_post("/v1/audio/speech", self._speech)
+        app.router.add_get("/v1/audio/speech/stream", self._socket)
         app.router.add_get("/voxserve/modes", self._modes)
         app.router.add_post("/voxserve/mode", self._set_mode)
         if self.behavior.metrics:
@@ -149,3 +157,39 @@ class FakeSpeechServer:
             await response.write(chunk)
         await response.write_eof()
         return response
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        messages: list[dict] = []
+        self.socket_messages.append(messages)
+        self.active += 1
+        text, spoken, chunks, ended = "", 0, 0, False
+        try:
+            async for message in ws:
+                event = json.loads(message.data)
+                messages.append(event)
+                if event["type"] == "text":
+                    text += event["text"]
+                    if "REJECT" in text:
+                        await ws.send_json({"type": "error", "error": {"message": "server at capacity",
+                                                                       "type": "service_unavailable",
+                                                                       "retry_after_s": 1.0}})
+                        await ws.close(code=1013)
+                        break
+                ended = event["type"] == "end"
+                words = text.split() if ended else text.split()[: text.count(" ")]
+                for word in words[spoken:]:
+                    await asyncio.sleep(self.behavior.first_audio_delay_s if chunks == 0 else 0.0)
+                    if spoken > 0 and words[spoken - 1] == "STALL":
+                        await asyncio.sleep(self.behavior.stall_gap_s)
+                    await ws.send_json({"type": "audio", "index": chunks, "duration_s": self.behavior.word_audio_s})
+                    await ws.send_bytes(bytes(int(self.behavior.word_audio_s * SAMPLE_RATE) * 2))
+                    spoken, chunks = spoken + 1, chunks + 1
+                if ended:
+                    await ws.send_json({"type": "done", "utterance": 1, "reason": "end", "usage": {}})
+                    await ws.close()
+                    break
+        finally:
+            self.active -= 1
+        return ws
