@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 router = APIRouter()
 
 _GONE = ("gone",)  # the client closed the socket
+# Messages read ahead of the handler: past this the reader waits, and TCP holds back a client that floods.
+MAX_QUEUED_MESSAGES = 256
+MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes, 2 of them the code
 _MESSAGE, _AUDIO_ENDED = "message", "audio_ended"
 
 
@@ -70,7 +73,8 @@ async def speech_stream(ws: WebSocket) -> None:
 async def _refuse(ws: WebSocket, error: ProtocolError) -> None:
     with contextlib.suppress(Exception):  # the client may be gone already
         await ws.send_json(error.event())
-        await ws.close(error.close_code, error.message[:120])  # a close reason holds at most 123 bytes
+        reason = error.message.encode("utf-8")[:MAX_CLOSE_REASON_BYTES].decode("utf-8", "ignore")
+        await ws.close(error.close_code, reason)
 
 
 class SpeechSocket:
@@ -79,7 +83,7 @@ class SpeechSocket:
         self.metrics = SpeechMetrics.get((getattr(service, "served_models", None) or [""])[0])
         self.session = Session(service.config.max_input_chars)
         self.max_message_bytes = service.config.max_request_bytes
-        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.inbox: asyncio.Queue = asyncio.Queue(MAX_QUEUED_MESSAGES)
         self.sending = asyncio.Lock()
         self.last_activity = time.monotonic()
         # the open utterance
@@ -112,10 +116,10 @@ class SpeechSocket:
                 message = await self.ws.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                self.inbox.put_nowait((_MESSAGE, message.get("text")))  # None for a binary message
+                await self.inbox.put((_MESSAGE, message.get("text")))  # None for a binary message
         except Exception:  # noqa: BLE001 - a broken connection is a departure
             pass
-        self.inbox.put_nowait(_GONE)
+        await self.inbox.put(_GONE)
 
     async def _next(self) -> tuple:
         """The next thing to handle; ProtocolError when the client keeps the socket open without using it."""
@@ -179,9 +183,9 @@ class SpeechSocket:
             raise ProtocolError(str(exc)) from None
 
     async def _open(self) -> None:
-        now = time.monotonic()
-        # TTFA and the edge's limit count from the first text: waiting for text is not the server's time
-        ticket = self.edge.admit(now)
+        # The utterance counts among this API server's requests in progress. Its first audio waits on the client's
+        # text as much as on the server, so neither the edge's first-audio view nor the TTFA histogram hears of it.
+        ticket = self.edge.admit(time.monotonic())
         if isinstance(ticket, EdgeRefusal):
             self.metrics.refuse("api_server_limit")
             raise ProtocolError(ticket.reason, CLOSE_TRY_AGAIN_LATER, "service_unavailable", ticket.retry_after_s)
@@ -232,7 +236,7 @@ class SpeechSocket:
             return  # the reader queues the departure
         finally:
             await audio.aclose()
-        self.inbox.put_nowait((_AUDIO_ENDED, task, error))
+        await self.inbox.put((_AUDIO_ENDED, task, error))
 
     async def _send_piece(self, index: int, duration_s: float, data: bytes) -> None:
         async with self.sending:
@@ -241,11 +245,7 @@ class SpeechSocket:
                 await self.ws.send_bytes(data)
             except Exception as exc:  # noqa: BLE001 - starlette and uvicorn raise several kinds for a closed socket
                 raise _Gone from exc
-        now = time.monotonic()
-        self.last_activity = now
-        if index == 0 and self.ticket is not None:
-            self.metrics.first_audio(now - self.ticket.arrival_time)
-            self.ticket.first_audio(now)
+        self.last_activity = time.monotonic()
 
     async def _send_json(self, event: dict) -> None:
         async with self.sending:
