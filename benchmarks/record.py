@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.metrics import FAILED, RateSummary, Timeline
+from benchmarks.metrics import FAILED, RateSummary, Timeline, text_ready_times
 
 RECORD_VERSION = 1
 
@@ -192,9 +192,14 @@ def request_timeline(request: dict[str, Any]) -> Timeline:
                          "(use the full record)")
     rate = request.get("bytes_per_second") or 1
     sent = request.get("sent_s")
+    audio = tuple(size / rate for size in request.get("chunk_audio_bytes") or ())
+    ready = ()
+    if "word_sent_s" in request:  # text sent word by word (`text_stream`): pauses waiting for text are not stalls
+        ready = text_ready_times(audio, request["word_sent_s"], request.get("end_sent_s"),
+                                 request.get("lookahead_words", 0))
     return Timeline(sent_s=sent if sent is not None else request["scheduled_s"],
-                    outcome=request.get("outcome") or FAILED, chunk_times_s=tuple(times),
-                    chunk_audio_s=tuple(size / rate for size in request.get("chunk_audio_bytes") or ()))
+                    outcome=request.get("outcome") or FAILED, chunk_times_s=tuple(times), chunk_audio_s=audio,
+                    chunk_text_ready_s=ready)
 
 
 def _slim_request(request: dict[str, Any]) -> None:

@@ -1,11 +1,13 @@
 """`python -m benchmarks text-stream` against the in-process fake server's WebSocket (loopback only)."""
 
+import copy
 import json
 
 import pytest
 
 from benchmarks.cli import main
-from benchmarks.metrics import COMPLETED, REJECTED
+from benchmarks.metrics import COMPLETED, REJECTED, SloSpec, stalled
+from benchmarks.record import request_timeline, slim_record
 from benchmarks.text_stream import config_message, socket_url, word_messages
 from tests.benchmarks.fake_speech_server import FakeBehavior, FakeSpeechServer
 
@@ -73,6 +75,11 @@ def test_pauses_waiting_for_slow_text_are_not_stalls(tmp_path, workload, capsys)
         assert times[-1] - times[0] > 4 * 0.45
     # ... but only the STALL texts' count
     assert record["summaries"][0]["num_stalled"] == len(requests["STALL"]) > 0
+    # and so they do when the record is read back, full or slimmed
+    slo = SloSpec(0.5, 0.06)
+    for body in (record, slim_record(copy.deepcopy(record))):
+        recorded = [r for run in body["runs"] for r in run["requests"] if r["outcome"] == COMPLETED]
+        assert sum(stalled(request_timeline(r), slo) for r in recorded) == len(requests["STALL"])
 
 
 def test_pieces_of_a_text_and_the_config_message():
