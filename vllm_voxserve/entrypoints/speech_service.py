@@ -230,6 +230,12 @@ class SpeechService:
         prompt_ids = [self.tables.codec_pad] * len(plan)
         return job, prompt_ids, params
 
+    def open_text_stream(self, request: SpeechRequest):
+        """A `text_stream.TextStream`: one utterance whose text arrives in pieces, validated like `prepare`."""
+        from .text_stream import open_text_stream
+
+        return open_text_stream(self, request)
+
     async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params,
                          usage: SpeechUsage | None = None) -> AsyncIterator[np.ndarray]:
         """Yields float32 mono 24 kHz chunks in order; leaving early (client gone) aborts the request. `usage`, when
