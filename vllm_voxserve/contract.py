@@ -137,7 +137,8 @@ STATS_RPC_METHOD = "voxserve_stats"
 # A text-stream request (`SpeechJob.text_stream`) starts with the target text's first token ids in its job; the rest
 # follow here, in order: args (stream key, start, ids, state): the target text's token ids from index `start` on,
 # and the text's state after them. Every data-parallel rank receives them (the request may run on any); a rank
-# keeps a stream key's text until its request ends or TEXT_CLOSED comes. Reply {"status": 200}.
+# keeps a stream key's text until its request ends or TEXT_CLOSED comes. Reply {"status": 200, "requests": N,
+# "audio_streams": M}: what the worker still holds (its requests, their open audio streams).
 # The engine core sees this call first (`compat.route_rpc_through_scheduler`): a text stream that needs a token
 # that has not arrived (and is not ended) is paused there, holding its KV cache and codec state but no decode row.
 TEXT_RPC_METHOD = "voxserve_text"

@@ -21,7 +21,7 @@ from vllm_voxserve.contract import PLAN_KEY, TEXT_CLOSED, TEXT_ENDED, TEXT_OPEN,
 from vllm_voxserve.models.qwen3_tts.prompt import build_plan
 
 from .speech_request import SpeechRequest
-from .speech_service import InvalidSpeechRequest, SpeechService, SpeechUsage
+from .speech_outcomes import InvalidSpeechRequest, SpeechUsage
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +82,12 @@ def _last_word_start(text: str) -> int:
 
 
 class TextStream:
-    """One utterance whose text arrives in pieces. `usage` holds its input/output tokens once its audio has ended.
+    """One utterance whose text arrives in pieces, on a `SpeechService`. `usage` holds its input/output tokens once
+    its audio has ended.
     Text methods raise InvalidSpeechRequest for text the request cannot take; `audio()` raises like
     `SpeechService.synthesize` (Overloaded, InvalidSpeechRequest, SynthesisError)."""
 
-    def __init__(self, service: SpeechService, request: SpeechRequest, job, params):
+    def __init__(self, service, request: SpeechRequest, job, params):
         self.service = service
         self.usage = SpeechUsage()
         self._job, self._params = job, params
@@ -203,15 +204,15 @@ class TextStream:
                 logger.exception("sending text of stream %s failed", self.stream_key)
 
 
-def service_tokens(service: SpeechService, text: str) -> list[int]:
+def service_tokens(service, text: str) -> list[int]:
     from vllm_voxserve.models.qwen3_tts.tokenizer import target_text_ids
 
     return target_text_ids(service.tokenizer, text)
 
 
-def open_text_stream(service: SpeechService, request: SpeechRequest) -> TextStream:
-    """Validate the request like `SpeechService.prepare` (its `input` may be empty: the first text) and open its
-    stream; raises ValueError for the client. It runs in streaming-text mode."""
+def open_text_stream(service, request: SpeechRequest) -> TextStream:
+    """On a `SpeechService`: validate the request like its `prepare` (its `input` may be empty: the first text) and
+    open its stream; raises ValueError for the client. It runs in streaming-text mode."""
     if request.non_streaming_mode:
         raise ValueError("non_streaming_mode needs the whole text at once; a text stream reads it as it arrives")
     if service.tables.model_type == "base" and not request.x_vector_only_mode:
