@@ -117,31 +117,45 @@ def capture_vllm_graphs_on(stream):
         torch.cuda.graph.default_capture_stream = saved_default
 
 
-def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
+_SCHEDULER_RPC_ROUTES: dict = {}  # method name -> handler(scheduler, args, forward)
+
+
+def route_rpc_through_scheduler(method_name: str, handler) -> None:
     """Target: `vllm.v1.engine.core.EngineCore.collective_rpc` (0.26.0 v1/engine/core.py:945), in the engine-core
     process (our scheduler installs it when vLLM builds it there).
 
-    Why: `POST /voxserve/mode` reaches the workers through vLLM's `collective_rpc`, but the `vllm-stock` serving mode
-    and the admission modes (`lanes+prefill_first`) also change the scheduler, which lives in the engine core and
-    has no RPC of its own. For our method only, the call goes to `handler(scheduler, mode, forward)`
-    (`scheduler.serving_mode.handle_mode_call`), which forwards the codec part to the workers through the original
-    method; every other call is untouched.
+    Why: two of our calls from the API server also concern the scheduler, which lives in the engine core and has no
+    RPC of its own. `POST /voxserve/mode`: the `vllm-stock` serving mode and the admission modes change the scheduler
+    (`scheduler.serving_mode.handle_mode_call`). A text stream's text (`contract.TEXT_RPC_METHOD`): the scheduler
+    runs a text stream only while the text its next frame reads has arrived. For our methods only, the call goes to
+    `handler(scheduler, args, forward)`, where `forward(args)` runs the original method (the workers' replies);
+    every other call is untouched.
     """
     from vllm.v1.engine.core import EngineCore
 
+    _SCHEDULER_RPC_ROUTES[method_name] = handler
     original = EngineCore.collective_rpc
     if getattr(original, "_voxserve_wrapped", False):
         return
 
     def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
         scheduler = getattr(self, "scheduler", None)
-        if method != method_name or not hasattr(scheduler, "set_policy"):
+        route = _SCHEDULER_RPC_ROUTES.get(method)
+        if route is None or not hasattr(scheduler, "set_policy"):
             return original(self, method, timeout, args, kwargs)
-        mode = args[0] if args else None
-        return handler(scheduler, mode, lambda codec_mode: original(self, method, timeout, (codec_mode,), kwargs))
+        return route(scheduler, tuple(args), lambda forwarded: original(self, method, timeout, forwarded, kwargs))
 
     collective_rpc._voxserve_wrapped = True
     EngineCore.collective_rpc = collective_rpc
+
+
+def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
+    """`route_rpc_through_scheduler` for the mode call: `handler(scheduler, mode, forward(codec_mode))`."""
+
+    def route(scheduler, args, forward):
+        return handler(scheduler, args[0] if args else None, lambda codec_mode: forward((codec_mode,)))
+
+    route_rpc_through_scheduler(method_name, route)
 
 
 def data_parallel_ranks(engine_client) -> int:

@@ -5,6 +5,7 @@ and the worker (`worker/`). Each side imports these names from here, never from 
     worker --StepReport on each step's output--> engine core (`compat.attach_step_report`)
     engine core --stop_reason (rejection, failure)--> API server
     API server --collective_rpc (MODE_RPC_METHOD, CANCEL_RPC_METHOD, STATS_RPC_METHOD)--> worker; replies are dicts
+    API server --collective_rpc (TEXT_RPC_METHOD)--> engine core (scheduler) --> worker: text of a text stream
     worker --audio channel (`transport`)--> API server
 
 Pure Python: no vLLM, no torch. All times are seconds on `time.monotonic()`, which is system-wide on Linux, so the
@@ -130,3 +131,18 @@ MODE_RPC_METHOD = "voxserve_codec_mode"
 CANCEL_RPC_METHOD = "voxserve_cancel_audio"
 # the engine's speech counters for /metrics: no args; reply {"status": 200, "stats": EngineSpeechStats.snapshot()}
 STATS_RPC_METHOD = "voxserve_stats"
+
+# --- streaming text in: API server -> engine core (scheduler) -> workers, through `collective_rpc` ------------------
+
+# A text-stream request (`SpeechJob.text_stream`) starts with the target text's first token ids in its job; the rest
+# follow here, in order: args (stream key, start, ids, state): the target text's token ids from index `start` on,
+# and the text's state after them. Every data-parallel rank receives them (the request may run on any); a rank
+# keeps a stream key's text until its request ends or TEXT_CLOSED comes. Reply {"status": 200, "requests": N,
+# "audio_streams": M}: what the worker still holds (its requests, their open audio streams).
+# The engine core sees this call first (`compat.route_rpc_through_scheduler`): a text stream that needs a token
+# that has not arrived (and is not ended) is paused there, holding its KV cache and codec state but no decode row.
+TEXT_RPC_METHOD = "voxserve_text"
+TEXT_OPEN = "open"  # more text may follow
+TEXT_ENDED = "ended"  # no more text: after the last token the model reads tts_eos, then tts_pad
+TEXT_CLOSED = "closed"  # the stream is over (done or cancelled): its request, if still running, ends now
+TEXT_STATES = (TEXT_OPEN, TEXT_ENDED, TEXT_CLOSED)

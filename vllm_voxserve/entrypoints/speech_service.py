@@ -13,7 +13,6 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +45,7 @@ from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, new_stream
 from .rank_choice import RankChoice
 from .reference_encoding import ReferenceEncoder
 from .speech_metrics import SpeechMetrics
+from .speech_outcomes import InvalidSpeechRequest, Overloaded, SpeechUsage, SynthesisError
 from .speech_request import SpeechRequest, decode_reference_audio
 from .voice_store import VoiceStore
 
@@ -60,34 +60,6 @@ FINAL_OUTPUT_WAIT_S = 5.0
 FRAMES_PER_WORD = 5.2  # ≈ 80 ms frames per English word in LibriTTS-like speech
 REJECTED = "rejected"  # queue item kinds beside transport.AUDIO / END / ERROR
 INVALID = "invalid"
-
-
-@dataclass
-class SpeechUsage:
-    """OpenAI's usage of a speech request: prompt positions the model read, codec tokens it generated."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def as_dict(self) -> dict:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "total_tokens": self.input_tokens + self.output_tokens}
-
-
-class SynthesisError(RuntimeError):
-    """The engine or the worker failed this request after it was accepted."""
-
-
-class InvalidSpeechRequest(SynthesisError):
-    """vLLM refused the request's inputs (the client's to fix: HTTP 400)."""
-
-
-class Overloaded(SynthesisError):
-    """The scheduler rejected the request before it started (overload_mode "reject"): answer 503 + Retry-After."""
-
-    def __init__(self, reason: str, retry_after_s: float):
-        super().__init__(reason)
-        self.retry_after_s = retry_after_s
 
 
 class SpeechService:
@@ -229,6 +201,12 @@ class SpeechService:
         # vLLM sees placeholder ids (codec_pad) of the plan's length; the worker embeds the real prompt.
         prompt_ids = [self.tables.codec_pad] * len(plan)
         return job, prompt_ids, params
+
+    def open_text_stream(self, request: SpeechRequest):
+        """A `text_stream.TextStream`: one utterance whose text arrives in pieces, validated like `prepare`."""
+        from .text_stream import open_text_stream
+
+        return open_text_stream(self, request)
 
     async def synthesize(self, job: SpeechJob, prompt_ids: list[int], params,
                          usage: SpeechUsage | None = None) -> AsyncIterator[np.ndarray]:

@@ -23,7 +23,7 @@ class SlackEstimator:
     def __call__(self, stream: StreamState) -> float:
         # `lm_chunk`, `end_frame` and `chunk_deadline` inlined: this runs for every generating request at every
         # engine step (the planner's largest share of host time on the 2-core CPU machine)
-        if stream.generation_done:
+        if stream.generation_done or stream.paused_at is not None:  # paused: no deadline until it can run
             return INFINITE_SLACK
         first, size, made = self.cfg.first_chunk_frames, self.cfg.chunk_frames, stream.frames_generated
         chunk = 0 if made < first else 1 + (made - first) // size
@@ -51,7 +51,8 @@ def waiting_slack(
 
 
 def generating(streams: Iterable[StreamState]) -> list[StreamState]:
-    return [s for s in streams if not s.generation_done]
+    """Streams the backbone decodes now: not done, nor paused waiting for text."""
+    return [s for s in streams if not s.generation_done and s.paused_at is None]
 
 
 def slacks(

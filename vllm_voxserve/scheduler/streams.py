@@ -32,6 +32,8 @@ class StreamState:
     chunks_delivered: int = 0
     chunk_in_flight: bool = False
     first_audio_time: float | None = None
+    # A text stream waiting for text (streaming text in) since then: it has no deadline until it can run again.
+    paused_at: float | None = None
 
     @classmethod
     def admitted(cls, request: WaitingRequest) -> "StreamState":
@@ -46,6 +48,26 @@ class StreamState:
         self.chunk_in_flight = progress.chunk_in_flight
         if self.first_audio_time is None:
             self.first_audio_time = progress.first_audio_time
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def pause(self, now: float) -> None:
+        if self.paused_at is None:
+            self.paused_at = now
+
+    def resume(self, now: float, schedule: ChunkSchedule) -> None:
+        """Runnable again: its playback deadlines move by the part of the pause its listener spent without audio
+        (from when the audio delivered before ran out, or the pause began if later), as its audio could not go on."""
+        if self.paused_at is None:
+            return
+        if self.first_audio_time is None:
+            self.arrival_time += now - self.paused_at
+        else:
+            ran_out = self.first_audio_time + schedule.audio_before(self.chunks_delivered)
+            self.first_audio_time += max(now - max(self.paused_at, ran_out), 0.0)
+        self.paused_at = None
 
     @property
     def next_chunk(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call, stats_call
+from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call, stats_call, text_call
 from vllm_voxserve.worker.v1_runner import VoxServeCPUModelRunner
 
 
@@ -21,6 +21,10 @@ class VoxServeCPUWorker(CPUWorker):
     def voxserve_cancel_audio(self, stream_keys: list[str]) -> dict:
         """`collective_rpc` target (contract.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
         return cancel_audio_call(self.model_runner, stream_keys)
+
+    def voxserve_text(self, stream_key: str, start: int, ids: list[int], state: str) -> dict:
+        """`collective_rpc` target (contract.TEXT_RPC_METHOD): text of a text stream, in order."""
+        return text_call(self.model_runner, stream_key, start, ids, state)
 
     def voxserve_stats(self) -> dict:
         """`collective_rpc` target (contract.STATS_RPC_METHOD): the engine's speech counters for /metrics."""

@@ -16,7 +16,7 @@ from vllm_voxserve.config import backbone_stream_priority, process_config
 from vllm_voxserve.models.qwen3_tts.vllm_model import Qwen3TTSForVllm
 from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.worker.mrv2_state import SpeechModelState
-from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call, stats_call
+from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call, stats_call, text_call
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,10 @@ class VoxServeGPUWorker(Worker):
     def voxserve_cancel_audio(self, stream_keys: list[str]) -> dict:
         """`collective_rpc` target (contract.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
         return cancel_audio_call(self.model_runner, stream_keys)
+
+    def voxserve_text(self, stream_key: str, start: int, ids: list[int], state: str) -> dict:
+        """`collective_rpc` target (contract.TEXT_RPC_METHOD): text of a text stream, in order."""
+        return text_call(self.model_runner, stream_key, start, ids, state)
 
     def voxserve_stats(self) -> dict:
         """`collective_rpc` target (contract.STATS_RPC_METHOD): the engine's speech counters for /metrics."""

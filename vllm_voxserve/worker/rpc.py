@@ -1,6 +1,6 @@
 """The worker ends of our `collective_rpc` calls from the API server: `GET /voxserve/modes` and `POST /voxserve/mode`
 (`codec_mode_call`), streams whose listeners left (`cancel_audio_call`), and the engine's speech metrics
-(`stats_call`). Our worker classes expose them as
+(`stats_call`), and the text of text streams (`text_call`). Our worker classes expose them as
 methods (0.26 resolves a string method with `getattr(worker, name)` on each worker and runs it on the thread that runs
 the worker's steps: the worker process's busy loop on CPU, the engine core's loop on GPU; so it never runs while a
 step touches the audio pipeline).
@@ -64,3 +64,16 @@ def stats_call(model_runner) -> dict:
         return {"status": 503, "error": "this worker has no speech runtime (model not loaded yet?)"}
     runtime.speech_stats.backbone_frames = runtime.pipeline.frames_pushed
     return {"status": 200, "stats": runtime.speech_stats.snapshot()}
+
+
+def text_call(model_runner, stream_key: str, start: int, ids: list[int], state: str) -> dict:
+    """Text of a text stream (`contract.TEXT_RPC_METHOD`): token ids `ids` at index `start` of its target text."""
+    runtime = speech_runtime(model_runner)
+    if runtime is None:
+        return {"status": 503, "error": "this worker has no speech runtime (model not loaded yet?)"}
+    try:
+        runtime.merge_text(stream_key, int(start), [int(i) for i in ids], state)
+    except (TypeError, ValueError) as exc:
+        return {"status": 400, "error": str(exc)}
+    # what this worker still holds: its requests and their open audio streams (codec slots)
+    return {"status": 200, "requests": len(runtime.model.requests), "audio_streams": len(runtime.pipeline.streams)}

@@ -14,11 +14,19 @@ import numpy as np
 import torch
 
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.contract import FRAME_DURATION_S, CostSample, RequestProgress, StepReport
+from vllm_voxserve.contract import (
+    FRAME_DURATION_S,
+    TEXT_CLOSED,
+    TEXT_ENDED,
+    CostSample,
+    RequestProgress,
+    StepReport,
+)
 from vllm_voxserve.fault_injection import FaultPlan
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob
+from vllm_voxserve.models.qwen3_tts.text_track import TextTrack
 from vllm_voxserve.models.step_layout import StepLayout
 from vllm_voxserve.scheduler.timeline import ChunkSchedule
 from vllm_voxserve.speech_stats import EngineSpeechStats
@@ -85,11 +93,29 @@ class SpeechRuntime:
             # ICL continues the reference: its frames go through the codec first, unheard, as the official
             # decode of cat(reference, generated) minus the reference part does.
             self.pipeline.open(req_id, job.stream_key, job.audio_address, warmup_codes=ref_codes, seed=job.seed)
-            self.model.add_request(req_id, prompt_len, job, x_vector, ref_codes)
+            if job.text_stream:
+                self.model.add_request(req_id, prompt_len, job, x_vector, ref_codes, self._text_track(req_id, job))
+            else:
+                self.model.add_request(req_id, prompt_len, job, x_vector, ref_codes)
         except Exception as exc:  # noqa: BLE001 - any failure here ends this request alone
             if not isinstance(exc, ValueError | RuntimeError):
                 logger.exception("request %s failed to start", req_id)
             self._fail_start(req_id, prompt_len, job, _describe(exc))
+
+    def _text_track(self, req_id: str, job: SpeechJob) -> TextTrack:
+        """The track a text stream's text arrives on (its tokens may have come before the request)."""
+        self._text_keys[req_id] = job.stream_key
+        return self.texts.setdefault(job.stream_key, TextTrack(self.model.tables.tts_eos, self.model.tables.tts_pad))
+
+    def merge_text(self, stream_key: str, start: int, ids: list[int], state: str) -> None:
+        """Text of a text stream (`contract.TEXT_RPC_METHOD`), before or while its request runs."""
+        if state == TEXT_CLOSED:
+            self.texts.pop(stream_key, None)  # its request, if still here, is being finished by the scheduler
+            return
+        track = self.texts.get(stream_key)
+        if track is None:
+            track = self.texts[stream_key] = TextTrack(self.model.tables.tts_eos, self.model.tables.tts_pad)
+        track.merge(start, list(ids), state == TEXT_ENDED)
 
     def _fail_start(self, req_id: str, prompt_len: int, job: SpeechJob, message: str) -> None:
         """End a request that could not start: its rows run on zeros (harmless to the batch) until it is finished."""
@@ -203,6 +229,8 @@ class SpeechRuntime:
         self.gc_pauses = process_gc_pauses()  # and the garbage collector's pauses
         self.speech_stats = EngineSpeechStats()  # what /metrics shows of the engine (rpc.stats_call reads it)
         self._suspended: set[str] = set()  # preempted requests Model Runner V2 removed and will re-add
+        self.texts: dict[str, TextTrack] = {}  # text streams' text by stream key, from before their start to finish
+        self._text_keys: dict[str, str] = {}  # request id -> its stream key, for text streams
         # GPU: the scheduler's cost model learns each step's device time (host timings of async steps mislead)
         self.device_steps = (DeviceStepTimer(lambda: torch.cuda.Event(enable_timing=True))
                              if getattr(self, "device", None) is not None and self.device.type == "cuda" else None)
@@ -246,6 +274,7 @@ class SpeechRuntime:
         if req_id in self._suspended:  # preempted, not finished: it will be re-added (see `preempt`)
             return
         self.model.remove_request(req_id)
+        self.texts.pop(self._text_keys.pop(req_id, None), None)
         if req_id in self._failed:
             del self._failed[req_id]
             self.pipeline.close(req_id, "request ended")  # a stream still open (e.g. failed after it opened)

@@ -54,6 +54,9 @@ class SpeechJob:
     code_predictor: CodePredictorSampling = field(default_factory=CodePredictorSampling)
     talker: TalkerSampling = field(default_factory=TalkerSampling)
     ttfa_slo_ms: float | None = None  # None: the server default
+    # The target text grows after the request starts (streaming text in): `prompt.text_ids` holds what had arrived,
+    # the rest comes through `contract.TEXT_RPC_METHOD`, and tts_eos only once the text has ended.
+    text_stream: bool = False
 
     def to_extra_args(self) -> dict[str, Any]:
         payload = asdict(self)

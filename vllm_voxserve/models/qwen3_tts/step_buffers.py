@@ -19,6 +19,8 @@ import torch
 from vllm_voxserve.models.seeded_noise import noise_base_on_host, seed_half_on_host
 from vllm_voxserve.models.step_layout import StepLayout
 
+from .text_track import TextTrack
+
 
 # Host staging rows of the integer, boolean and float buffers (one array of each, one row per buffer, by its name).
 _INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_index",
@@ -83,6 +85,7 @@ class ServedRequest:
     # what every decode row of it writes, gathered once (fill's per-row loop appends this one tuple)
     decode_constants: tuple = ()
     noise_seed_half: int = 0  # its seed's half of codebook 0's counter noise (`seeded_noise.seed_half_on_host`)
+    text_track: TextTrack | None = None  # text arriving while it runs: the decode steps' text ids come from here
 
     def __post_init__(self) -> None:
         # Every step writes these into int64 / float32 rows shared by the whole batch: a value that does not fit
@@ -95,6 +98,8 @@ class ServedRequest:
         self.noise_seed_half = seed_half_on_host(self.seed)
 
     def decode_text_id(self, step: int) -> int:
+        if self.text_track is not None:
+            return self.text_track.decode_text_id(step)  # TextNotArrived: the scheduler ran a paused request
         return self.decode_text_ids[step] if step < len(self.decode_text_ids) else self.tts_pad_id
 
 
@@ -207,7 +212,7 @@ class StepBuffers:
         row = 0
         for req_id, count, start in zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True):
             req = requests.get(req_id)
-            decode_at = None
+            decode_at = text_id = None
             if req is not None and req.failed is None:
                 try:
                     if row_check is not None:
@@ -216,6 +221,8 @@ class StepBuffers:
                         decode_at = start  # the usual decode row (the hot path)
                     else:
                         decode_at = self._fill_prompt_and_replay(row, req, start, count, replay_embed)
+                    if decode_at is not None:
+                        text_id = req.decode_text_id(decode_at - req.prompt_len)
                 except Exception as exc:  # noqa: BLE001 - one request's rows must not fail the step
                     req.failed = f"step set-up failed: {type(exc).__name__}: {exc}"
             if req is None or req.failed is not None:
@@ -231,7 +238,7 @@ class StepBuffers:
             samples.append((req.slot, req.noise_seed_half, start + count - req.prompt_len, k, temperature, p, penalty))
             if decode_at is not None:
                 r, step = row + decode_at - start, decode_at - req.prompt_len
-                d_rows.append(r), d_text.append(req.decode_text_id(step)), d_step.append(step)
+                d_rows.append(r), d_text.append(text_id), d_step.append(step)
                 d_constants.append(req.decode_constants)
                 decode_rows.append(DecodeRow(r, req_id, step))
                 req.resuming = False

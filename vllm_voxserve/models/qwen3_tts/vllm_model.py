@@ -35,6 +35,7 @@ from .sampling import apply_talker_rules, sample
 from .served_code_predictor import ServedCodePredictor
 from .step_buffers import DecodeRow, RowCheck, ServedRequest, StepBuffers
 from .talker import TextProjection, embed_plan
+from .text_track import TextTrack
 
 # official name piece -> (vLLM fused parameter, shard id)
 _STACKED = (("q_proj", "qkv_proj", "q"), ("k_proj", "qkv_proj", "k"), ("v_proj", "qkv_proj", "v"),
@@ -120,7 +121,8 @@ class Qwen3TTSForVllm(nn.Module):
 
     @torch.inference_mode()
     def add_request(self, req_id: str, prompt_len: int, job: SpeechJob, x_vector: torch.Tensor | None = None,
-                    ref_codes: torch.Tensor | None = None) -> ServedRequest:
+                    ref_codes: torch.Tensor | None = None, text_track: TextTrack | None = None) -> ServedRequest:
+        """`text_track`: where a text-stream job's text arrives (`job.text_stream`; its prompt's ids are merged in)."""
         self._step_buffers()
         plan = build_plan(self.tables, job.prompt)
         if len(plan) != prompt_len:
@@ -136,6 +138,11 @@ class Qwen3TTSForVllm(nn.Module):
                             plan.tts_pad_id, job.fixed_length, cp.temperature, cp.top_k, cp.top_p, seed,
                             talker_sampling=(job.talker.temperature, job.talker.top_k, job.talker.top_p,
                                              job.talker.repetition_penalty))
+        if job.text_stream:
+            if text_track is None:
+                raise ValueError(f"{req_id}: a text-stream job needs the track its text arrives on")
+            text_track.merge(0, job.prompt.text_ids)
+            req.text_track = text_track
         req.slot = self._free_slots.pop()
         self.buffers.seen[req.slot] = False  # its repetition penalty starts from no generated ids
         self.requests[req_id] = req

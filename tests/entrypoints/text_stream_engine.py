@@ -1,0 +1,33 @@
+"""A real vLLM engine (AsyncLLM: engine core and worker processes, the plugin's scheduler and worker) with the speech
+service in this process, for tests of streaming text in that need no route."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+ENGINE_ARGS = dict(max_model_len=2048, max_num_seqs=16, kv_cache_memory_bytes=128 << 20, enforce_eager=True,
+                   dtype="float32", served_model_name=["tiny"])
+
+
+@contextlib.asynccontextmanager
+async def speech_engine(checkpoint: Path):
+    """Yield a started `SpeechService` on an in-process AsyncLLM serving `checkpoint` (CPU). The plugin must be
+    importable through its entry points (`scripts/register_without_pip.sh` or an install)."""
+    os.environ.setdefault("VLLM_PLUGINS", "voxserve")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from vllm_voxserve.config import process_config
+    from vllm_voxserve.entrypoints.speech_service import SpeechService
+
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(checkpoint), **ENGINE_ARGS))
+    try:
+        service = SpeechService(engine, str(checkpoint), ["tiny"],
+                                process_config(engine.vllm_config.additional_config))
+        service.start()
+        yield service
+    finally:
+        engine.shutdown()
