@@ -1,4 +1,5 @@
-"""A short sweep against a real running server (the CPU server in CI), checking that the outputs are produced.
+"""A short sweep, and a short text-stream sweep over the WebSocket, against a real running server (the CPU server in
+CI), checking that the outputs are produced.
 
 Without VOXSERVE_BENCH_URL it starts our CPU server on a tiny random checkpoint (minutes on a 2-core machine).
 Or set VOXSERVE_BENCH_URL to a running server's base URL (loopback), e.g. http://127.0.0.1:8000; optionally
@@ -63,3 +64,27 @@ def test_short_sweep_against_the_cpu_server(server_url, tmp_path):
         assert sum(r["chunk_audio_bytes"]) == r["num_frames"] * 1920 * 2
     if not os.environ.get("VOXSERVE_BENCH_URL"):  # our vLLM server: its /metrics gauges gate each window
         assert all(run["idle_wait_s"] is not None for run in record["runs"])
+
+
+def test_short_text_stream_against_the_cpu_server(server_url, tmp_path):
+    base_url, model = server_url
+    extra = shlex.split(os.environ.get("VOXSERVE_BENCH_ARGS", "--voice ryan"))
+    if model:
+        extra += ["--model", model]
+    workload = tmp_path / "texts.txt"
+    workload.write_text("\n".join(TEXTS) + "\n")
+    out = tmp_path / "text-stream"
+    assert main(["text-stream", "--base-url", base_url, "--workload", str(workload), "--rates", "0.5",
+                 "--window-s", "4", "--warmup", "1", "--fixed-length", "--request-timeout-s", "120",
+                 "--text-words-per-s", "4", "--stop-fraction", "0", "--out", str(out), "--no-progress", *extra]) == 0
+    record = json.loads((out / "record.json").read_text())
+    requests = [r for run in record["runs"] for r in run["requests"]]
+    completed = [r for r in requests if r["outcome"] == "completed"]
+    assert completed, f"no request completed: {[r['error'] for r in requests][:3]}"
+    for r in completed:
+        assert sum(r["chunk_audio_bytes"]) == r["num_frames"] * 1920 * 2 and r["close_code"] == 1000
+        assert len(r["word_sent_s"]) == r["num_words"] and r["end_sent_s"] >= r["word_sent_s"][-1]
+        assert sum(r["event_audio_s"]) == pytest.approx(r["num_frames"] * 0.08)
+        # one event per binary message, and the words went out at 4 a second
+        assert len(r["event_audio_s"]) == len(r["chunk_times_s"])
+        assert r["word_sent_s"][-1] - r["word_sent_s"][0] == pytest.approx((r["num_words"] - 1) / 4, abs=0.1)
