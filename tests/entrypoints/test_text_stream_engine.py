@@ -6,6 +6,8 @@ worker; the speech service in this process), on a tiny checkpoint the official q
   for every word (each frame reads one text token), and with a flush at a word boundary: equal lengths, within
   2 LSB of 16-bit PCM (codes that differed would differ by far more); and the streamed runs equal, bit for bit,
   one request with the whole text;
+- a request that vLLM preempts while it waits for text (every running request is preempted) is recomputed once
+  its text comes, and speaks the same;
 - `cancel` stops the audio at once, and the worker's request, codec slot and the audio channel are gone within
   max(100 ms, 3 steps); a new utterance then speaks as before.
 fp32, TF32 off."""
@@ -62,7 +64,8 @@ async def whole_text(service) -> np.ndarray:
     return _joined([chunk async for chunk in service.synthesize(job, prompt_ids, params)])
 
 
-async def streamed(service, pieces: list[str], gap_s: float = 0.0, flush_after: int | None = None) -> np.ndarray:
+async def streamed(service, pieces: list[str], gap_s: float = 0.0, flush_after: int | None = None,
+                   preempt_after: int | None = None) -> np.ndarray:
     stream = service.open_text_stream(speech_request())
 
     async def feed():
@@ -71,6 +74,8 @@ async def streamed(service, pieces: list[str], gap_s: float = 0.0, flush_after: 
             if i == flush_after:
                 await stream.flush()
             await asyncio.sleep(gap_s)
+            if i == preempt_after:  # it waits for the next word by now: preempt it there
+                await service.engine_client.reset_prefix_cache(reset_running_requests=True)
         await stream.end()
 
     feeding = asyncio.get_running_loop().create_task(feed())
@@ -113,12 +118,13 @@ def runs(official):
 
     async def run():
         async with speech_engine(checkpoint) as service:
-            started = time.monotonic()
             out = {"whole": await whole_text(service)}
-            step_s = (time.monotonic() - started) / MAX_NEW_TOKENS
+            started = time.monotonic()  # after the first request (vLLM's first steps are slower)
             out["at_once"] = await streamed(service, [TEXT])
+            step_s = (time.monotonic() - started) / MAX_NEW_TOKENS
             out["word_by_word"] = await streamed(service, words(TEXT), WORD_GAP_S)
             out["flushed"] = await streamed(service, words(TEXT), WORD_GAP_S, flush_after=1)
+            out["preempted"] = await streamed(service, words(TEXT), WORD_GAP_S, preempt_after=2)
             out["cancel"] = await cancel_run(service, step_s)
             out["after_cancel"] = await streamed(service, [TEXT])
             return out
@@ -132,7 +138,7 @@ def test_the_official_streaming_text_generate_speaks_what_every_way_of_streaming
     frames = expected[f"{SCENARIO['name']}/codes"].shape[0]
     assert frames >= 8, "too few frames to compare"
     assert np.sqrt(np.mean(official_pcm.astype(np.float64) ** 2)) > 100  # not near-silent
-    for name in ("whole", "at_once", "word_by_word", "flushed", "after_cancel"):
+    for name in ("whole", "at_once", "word_by_word", "flushed", "preempted", "after_cancel"):
         pcm = _pcm(runs[name])
         assert len(pcm) == len(official_pcm) == frames * 1920, name
         diff = np.abs(pcm.astype(np.int32) - official_pcm.astype(np.int32)).max()
