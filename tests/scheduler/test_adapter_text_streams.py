@@ -12,7 +12,7 @@ from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 
 from vllm_voxserve.contract import TEXT_CLOSED, TEXT_ENDED, TEXT_OPEN  # noqa: E402
-from vllm_voxserve.scheduler.adapter import handle_text_call  # noqa: E402
+from vllm_voxserve.scheduler.text_adapter import handle_text_call  # noqa: E402
 from tests.scheduler.test_adapter import build, speech_request, step, v1_runner_rules  # noqa: E402, F401
 
 
