@@ -13,6 +13,8 @@ subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each s
    `self.running` while vLLM schedules.
 4. After each step, request progress comes from the worker's `StepReport` (carried on the `ModelRunnerOutput`,
    `compat.step_report_of`) when there is one, else it is derived from vLLM's own token counts.
+5. Text streams (streaming text in) whose next step's text has not arrived are out of `running` and `waiting` while
+   vLLM schedules, in every serving mode (`text_adapter.TextStreamsMixin`).
 
 All times are `time.monotonic()` (system-wide on Linux: the worker's report uses the same clock). A request's own
 `ttfa_slo_ms` shifts its arrival time by (its SLO - the server's), so the pure policy sees one T for all requests.
