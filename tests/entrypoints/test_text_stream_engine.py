@@ -54,9 +54,9 @@ def official(tmp_path_factory, official_python):  # noqa: F811
     return out, dict(np.load(root / "official.npz"))
 
 
-def speech_request(text: str = "") -> SpeechRequest:
+def speech_request(text: str = "", seed: int | None = None) -> SpeechRequest:
     return SpeechRequest(input=text, voice="ryan", language="english", max_new_tokens=MAX_NEW_TOKENS,
-                         temperature=0, subtalker_temperature=0, non_streaming_mode=False)
+                         temperature=0, subtalker_temperature=0, non_streaming_mode=False, seed=seed)
 
 
 async def whole_text(service) -> np.ndarray:
@@ -65,8 +65,8 @@ async def whole_text(service) -> np.ndarray:
 
 
 async def streamed(service, pieces: list[str], gap_s: float = 0.0, flush_after: int | None = None,
-                   preempt_after: int | None = None) -> np.ndarray:
-    stream = service.open_text_stream(speech_request())
+                   preempt_after: int | None = None, seed: int | None = None) -> np.ndarray:
+    stream = service.open_text_stream(speech_request(seed=seed))
 
     async def feed():
         for i, piece in enumerate(pieces):

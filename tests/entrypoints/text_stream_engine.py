@@ -12,9 +12,10 @@ ENGINE_ARGS = dict(max_model_len=2048, max_num_seqs=16, kv_cache_memory_bytes=12
 
 
 @contextlib.asynccontextmanager
-async def speech_engine(checkpoint: Path):
-    """Yield a started `SpeechService` on an in-process AsyncLLM serving `checkpoint` (CPU). The plugin must be
-    importable through its entry points (`scripts/register_without_pip.sh` or an install)."""
+async def speech_engine(checkpoint: Path, **engine_args):
+    """Yield a started `SpeechService` on an in-process AsyncLLM serving `checkpoint` (CPU); `engine_args` add to or
+    replace `ENGINE_ARGS`. The plugin must be importable through its entry points (`scripts/register_without_pip.sh`
+    or an install)."""
     os.environ.setdefault("VLLM_PLUGINS", "voxserve")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -23,7 +24,7 @@ async def speech_engine(checkpoint: Path):
     from vllm_voxserve.config import process_config
     from vllm_voxserve.entrypoints.speech_service import SpeechService
 
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(checkpoint), **ENGINE_ARGS))
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=str(checkpoint), **{**ENGINE_ARGS, **engine_args}))
     try:
         service = SpeechService(engine, str(checkpoint), ["tiny"],
                                 process_config(engine.vllm_config.additional_config))
