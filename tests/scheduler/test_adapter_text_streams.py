@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from vllm_voxserve.contract import TEXT_CLOSED, TEXT_ENDED, TEXT_OPEN  # noqa: E402
 from vllm_voxserve.scheduler.text_adapter import handle_text_call  # noqa: E402
@@ -62,3 +62,28 @@ def test_a_closed_stream_ends_its_waiting_request_and_nothing_else():
     assert step(scheduler, clock)[0] == set()  # both wait for their step 0's token
     handle_text_call(scheduler, ("k", 1, [], TEXT_CLOSED), lambda args: [{}])
     assert t.is_finished() and "t" not in scheduler.requests and not scheduler.requests["u"].is_finished()
+
+
+def test_the_engine_core_waits_on_its_input_while_every_request_waits_for_text():
+    scheduler, clock = build()
+    scheduler.wait_for_text_on_input = True  # as on CPU (the inline codec)
+    scheduler.add_request(text_request("t", clock, tokens=1))
+    assert scheduler.has_requests()
+    step(scheduler, clock)  # the prefill; step 0 then waits for token 1
+    assert not scheduler.has_requests()
+    handle_text_call(scheduler, ("k", 1, [5], TEXT_OPEN), lambda args: [{}])
+    assert scheduler.has_requests()
+    step(scheduler, clock)
+    assert not scheduler.has_requests()
+    scheduler.add_request(speech_request("p", clock))  # another request to run: the engine steps
+    assert scheduler.has_requests()
+    scheduler.finish_requests(["p"], RequestStatus.FINISHED_ABORTED)
+    assert scheduler.has_requests()  # the worker has yet to hear that p finished
+    step(scheduler, clock)
+    assert not scheduler.has_requests()
+    scheduler.audio_streams = {"t", "gone"}  # the last report named a stream that vLLM no longer holds
+    assert scheduler.has_requests()  # one step more: it finds nothing runs and forgets that stream
+    step(scheduler, clock)
+    assert scheduler.audio_streams == {"t"} and not scheduler.has_requests()
+    scheduler.wait_for_text_on_input = False  # as on a GPU (the codec lanes): it keeps stepping
+    assert scheduler.has_requests()

@@ -19,8 +19,9 @@ from vllm_voxserve.compat import route_rpc_through_scheduler
 from vllm_voxserve.contract import JOB_KEY, TEXT_CLOSED, TEXT_ENDED, TEXT_RPC_METHOD, TEXT_STATES
 from vllm_voxserve.scheduler.text_arrivals import TextArrivals
 
-# A step with nothing to run while text streams wait for text: the engine loop would spin (vLLM steps as long as it
-# holds requests), so the scheduler pauses this long; text arriving meanwhile waits at most that.
+# A step with nothing to run while text streams wait for text, where the engine core cannot wait on its input
+# instead (`has_requests`): the engine loop would spin (vLLM steps while it holds requests), so the scheduler pauses
+# this long; text arriving meanwhile waits at most that.
 PAUSED_IDLE_SLEEP_S = 0.002
 
 
@@ -28,8 +29,27 @@ class TextStreamsMixin:
     """Mixed into the speech scheduler (a vLLM `Scheduler` with `streams`, `clock` and `chunk_schedule`)."""
 
     def _init_text_streams(self) -> None:
+        from vllm.platforms import current_platform
+
         route_rpc_through_scheduler(TEXT_RPC_METHOD, handle_text_call)  # this is the engine-core process
         self.texts = TextArrivals()  # text streams' text so far, and their requests
+        # The inline codec (CPU) decodes a finished request's audio in the step that finishes it; the codec lanes
+        # (GPU) deliver it at later steps' pumps, so there the engine must keep stepping.
+        self.wait_for_text_on_input = current_platform.is_cpu()
+
+    def has_requests(self) -> bool:
+        """vLLM's engine core steps while this holds. When every request it holds waits for text (and nothing
+        finished is left to report, nor audio of another request to deliver) a step would do nothing: then it is
+        false, and the engine core waits on its input queue, where text (or anything else) wakes it at once."""
+        return super().has_requests() and not (self.wait_for_text_on_input and self._only_waiting_for_text())
+
+    def _only_waiting_for_text(self) -> bool:
+        if self.finished_req_ids or not self.texts.request_ids():
+            return False
+        held = [*self.running, *self.waiting]
+        if len(held) != self.get_num_unfinished_requests() or not all(self._paused(r) for r in held):
+            return False
+        return self.audio_streams <= {r.request_id for r in held}
 
     def _add_text_stream(self, request: Request) -> None:
         job = ((request.sampling_params.extra_args if request.sampling_params else None) or {}).get(JOB_KEY)
