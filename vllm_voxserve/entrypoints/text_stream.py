@@ -218,8 +218,10 @@ def service_tokens(service, text: str) -> list[int]:
 
 
 def open_text_stream(service, request: SpeechRequest) -> TextStream:
-    """On a `SpeechService`: validate the request like its `prepare` (its `input` may be empty: the first text) and
-    open its stream; raises ValueError for the client. It runs in streaming-text mode."""
+    """On a `SpeechService`: validate the request like its `prepare` and open its stream; raises ValueError for the
+    client. Its `input` (may be empty) is the first text, taken up with the first append, flush or end. It runs in
+    streaming-text mode; Base checkpoints clone with `x_vector_only_mode` only (ICL places the text in the prompt).
+    The model may end the utterance (EOS) before its text ends: `audio()` then ends, and later text is dropped."""
     if request.non_streaming_mode:
         raise ValueError("non_streaming_mode needs the whole text at once; a text stream reads it as it arrives")
     if service.tables.model_type == "base" and not request.x_vector_only_mode:
