@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("vllm")
-from tests.entrypoints.test_text_stream_engine import TEXT, WORD_GAP_S, speech_request, streamed, whole_text, words  # noqa: E402
+from tests.entrypoints.test_text_stream_engine import TEXT, WORD_GAP_S, streamed, whole_text, words  # noqa: E402
 from tests.entrypoints.text_stream_engine import speech_engine  # noqa: E402
 from tests.speech_server import make_tiny_checkpoint  # noqa: E402
 from vllm_voxserve.fault_injection import REFUSE_ENV  # noqa: E402
