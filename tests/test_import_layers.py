@@ -8,7 +8,8 @@ Layers, lowest first; a module may import its own layer and the layers its rule 
     models        models/: the speech models, torch only
     codec_lanes   codec_lanes/: the codec's SM partitions and lanes, built on the models' codec programs
     adapters      the vLLM side, one folder per process role:
-                    scheduler/adapter.py (engine core), worker/ (worker), entrypoints/ (API server),
+                    scheduler/adapter.py and text_adapter.py (engine core), worker/ (worker),
+                    entrypoints/ (API server),
                     plugin.py and compat.py (every process)
 
 The adapters depend on the policy and the models, never the other way round; the three process roles never import
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # (layer, module prefixes): the first layer whose prefix matches a module is its layer.
 LAYERS = [
     ("contract", ["contract"]),
-    ("engine_core", ["scheduler.adapter"]),
+    ("engine_core", ["scheduler.adapter", "scheduler.text_adapter"]),
     ("policy", ["scheduler"]),
     ("shared", ["config", "serving_defaults", "transport", "step_host_times", "speech_stats", "fault_injection"]),
     ("models", ["models"]),
@@ -54,8 +55,8 @@ MAY_IMPORT = {
 }
 
 # The adapter modules: the only ones that may import vLLM.
-VLLM_IMPORTERS = ["compat", "plugin", "scheduler.adapter", "worker", "entrypoints.speech_plugin",
-                  "entrypoints.speech_service", "models.qwen3_tts.vllm_model"]
+VLLM_IMPORTERS = ["compat", "plugin", "scheduler.adapter", "scheduler.text_adapter", "worker",
+                  "entrypoints.speech_plugin", "entrypoints.speech_service", "models.qwen3_tts.vllm_model"]
 # No torch where the policy and the contract must run without it.
 TORCH_FREE_LAYERS = {"contract", "policy"}
 

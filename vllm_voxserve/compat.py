@@ -289,12 +289,14 @@ HOOKS: tuple[Hook, ...] = (
             ("vllm.v1.core.sched.scheduler:Scheduler.add_request", ("request",)),
             ("vllm.v1.core.sched.scheduler:Scheduler.update_from_output", ("scheduler_output", "model_runner_output")),
             ("vllm.v1.core.sched.scheduler:Scheduler.schedule", None),
+            # false while every request waits for text (scheduler/text_adapter.py): the engine core then waits
+            ("vllm.v1.core.sched.scheduler:Scheduler.has_requests", ()),
             ("vllm.v1.core.sched.async_scheduler:AsyncScheduler", None),
             ("vllm.v1.outputs:ModelRunnerOutput", None),  # carries the step report (attach_step_report)
             ("vllm.v1.engine.core:EngineCore.collective_rpc", ("method", "timeout", "args", "kwargs"))),
     *_hooks(SERVING, LEADING,
             ("vllm.v1.core.sched.scheduler:Scheduler.finish_requests", ("request_ids", "finished_status")),
-            ("vllm.v1.core.sched.scheduler:Scheduler.has_requests", ()),
+            ("vllm.v1.core.sched.scheduler:Scheduler.get_num_unfinished_requests", ()),
             ("vllm.v1.core.sched.request_queue:RequestQueue.add_request", ("request",)),
             ("vllm.v1.core.sched.request_queue:RequestQueue.remove_requests", ("requests",)),
             ("vllm.v1.request:Request.get_finished_reason", ()),

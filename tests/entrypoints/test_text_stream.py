@@ -211,3 +211,23 @@ def test_requests_a_text_stream_cannot_take_are_refused_when_opened(checkpoint):
 
 async def _collect(stream) -> list[np.ndarray]:
     return [chunk async for chunk in stream.audio()]
+
+
+def test_text_after_the_request_ended_sends_nothing(checkpoint):
+    service = service_on(checkpoint)
+    engine = service.engine_client
+
+    async def run():
+        stream = service.open_text_stream(request())
+        await stream.append("Hello there ")
+        heard = asyncio.get_running_loop().create_task(_collect(stream))
+        await asyncio.sleep(0.05)
+        engine.ended.set()  # the request ends on its own (the model's EOS) while the text is open
+        await heard
+        calls = len(engine.text_calls)
+        await stream.append("more words ")
+        await stream.end()
+        return calls
+
+    calls = asyncio.run(run())
+    assert engine.text_calls[-1][3] == TEXT_CLOSED and len(engine.text_calls) == calls  # no text lingers anywhere

@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ADAPTERS = {"adapter"}  # the one module allowed to import vLLM (written by the integration layer)
+ADAPTERS = {"adapter", "text_adapter"}  # the modules allowed to import vLLM (the engine core's adapter)
 
 PROBE = textwrap.dedent(
     """

@@ -97,6 +97,7 @@ class TextStream:
         self._sent = 0  # ids the engine has (in the job, then through TEXT_RPC_METHOD)
         self._rpc = asyncio.Lock()  # text calls leave in order
         self._ended = self._cancelled = False
+        self._over = False  # the request has ended (its audio is out, or it failed): later text goes nowhere
         if request.input:
             self._tokens.add(request.input)
 
@@ -113,7 +114,10 @@ class TextStream:
         await self._push(self._tokens.take_words(), TEXT_OPEN)
 
     async def flush(self) -> None:
-        """Send all text that has arrived, a trailing partial word included, to be spoken; more may follow."""
+        """Send all text that has arrived, a trailing partial word included, to be spoken; more may follow. The
+        request then runs until a frame needs a token past it (each frame reads one token, and the speech of a token
+        comes some frames after it is read: the rest of it follows more text or `end`); a partial word flushed is
+        tokenized alone, so its ids may differ from those of the word completed later."""
         self._check_open("flush")
         await self._push(self._tokens.take_all(), TEXT_OPEN)
 
@@ -166,6 +170,8 @@ class TextStream:
             if self._tokens.ids:
                 self._start(state)
             return
+        if self._over:  # e.g. the model ended the utterance (EOS) before its text did
+            return
         if ids or state != TEXT_OPEN:
             start, self._sent = self._sent, self._sent + len(ids)
             await self._send_text(start, ids, state)
@@ -192,6 +198,7 @@ class TextStream:
             raise
         except Exception as exc:  # noqa: BLE001 - the listener gets it from `audio()`
             self._audio.put_nowait(exc)
+        self._over = True
         if text_stream:  # every rank drops the stream's text (a rank may hold it without running the request)
             await self._send_text(self._sent, [], TEXT_CLOSED)
 
@@ -211,8 +218,10 @@ def service_tokens(service, text: str) -> list[int]:
 
 
 def open_text_stream(service, request: SpeechRequest) -> TextStream:
-    """On a `SpeechService`: validate the request like its `prepare` (its `input` may be empty: the first text) and
-    open its stream; raises ValueError for the client. It runs in streaming-text mode."""
+    """On a `SpeechService`: validate the request like its `prepare` and open its stream; raises ValueError for the
+    client. Its `input` (may be empty) is the first text, taken up with the first append, flush or end. It runs in
+    streaming-text mode; Base checkpoints clone with `x_vector_only_mode` only (ICL places the text in the prompt).
+    The model may end the utterance (EOS) before its text ends: `audio()` then ends, and later text is dropped."""
     if request.non_streaming_mode:
         raise ValueError("non_streaming_mode needs the whole text at once; a text stream reads it as it arrives")
     if service.tables.model_type == "base" and not request.x_vector_only_mode:

@@ -13,6 +13,8 @@ subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each s
    `self.running` while vLLM schedules.
 4. After each step, request progress comes from the worker's `StepReport` (carried on the `ModelRunnerOutput`,
    `compat.step_report_of`) when there is one, else it is derived from vLLM's own token counts.
+5. Text streams (streaming text in) whose next step's text has not arrived are out of `running` and `waiting` while
+   vLLM schedules, in every serving mode (`text_adapter.TextStreamsMixin`).
 
 All times are `time.monotonic()` (system-wide on Linux: the worker's report uses the same clock). A request's own
 `ttfa_slo_ms` shifts its arrival time by (its SLO - the server's), so the pure policy sees one T for all requests.
@@ -30,15 +32,11 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request, RequestStatus
 
-from vllm_voxserve.compat import route_mode_rpc_through_scheduler, route_rpc_through_scheduler, step_report_of
+from vllm_voxserve.compat import route_mode_rpc_through_scheduler, step_report_of
 from vllm_voxserve.config import process_config
 from vllm_voxserve.contract import (
     JOB_KEY,
     MODE_RPC_METHOD,
-    TEXT_CLOSED,
-    TEXT_ENDED,
-    TEXT_RPC_METHOD,
-    TEXT_STATES,
     LaneBacklog,
     RequestProgress,
     StepReport,
@@ -52,15 +50,11 @@ from vllm_voxserve.scheduler.overload import SHED_WAITING, OverloadGuard, Reject
 from vllm_voxserve.scheduler.planner import Planner
 from vllm_voxserve.scheduler.serving_mode import handle_mode_call
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
-from vllm_voxserve.scheduler.text_arrivals import TextArrivals
+from vllm_voxserve.scheduler.text_adapter import TextStreamsMixin
 from vllm_voxserve.step_host_times import StepHostTimes
 
-# A step with nothing to run while text streams wait for text: the engine loop would spin (vLLM steps as long as it
-# holds requests), so the scheduler pauses this long; text arriving meanwhile waits at most that.
-PAUSED_IDLE_SLEEP_S = 0.002
 
-
-class SpeechPolicyMixin:
+class SpeechPolicyMixin(TextStreamsMixin):
     """The policy around a vLLM scheduler; mixed in before `Scheduler` or `AsyncScheduler`."""
 
     clock = staticmethod(time.monotonic)  # the planner's clock (tests set a fake one)
@@ -71,8 +65,7 @@ class SpeechPolicyMixin:
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         route_mode_rpc_through_scheduler(MODE_RPC_METHOD, handle_mode_call)  # this is the engine-core process
-        route_rpc_through_scheduler(TEXT_RPC_METHOD, handle_text_call)
-        self.texts = TextArrivals()  # text streams' text so far, and their requests
+        self._init_text_streams()
         config = process_config(self.vllm_config.additional_config)
         self.planner = Planner(config.scheduler_policy())
         self.max_audio_streams = config.max_codec_slots
@@ -122,9 +115,8 @@ class SpeechPolicyMixin:
     def add_request(self, request: Request) -> None:
         known = request.request_id in self.requests
         super().add_request(request)
-        job = ((request.sampling_params.extra_args if request.sampling_params else None) or {}).get(JOB_KEY)
-        if isinstance(job, dict) and job.get("text_stream") and not known:  # in every serving mode
-            self.texts.add_request(request.request_id, job["stream_key"], len(job["prompt"]["text_ids"]))
+        if not known:  # in every serving mode
+            self._add_text_stream(request)
         if known or self.stock:
             return
         now = self.clock()
@@ -190,59 +182,14 @@ class SpeechPolicyMixin:
 
     def schedule(self, *args, **kwargs):
         started = time.perf_counter()
-        paused_running, paused_waiting = self._hold_paused()
+        paused = self._hold_paused()
         try:
             output = self._schedule(*args, **kwargs)
         finally:
-            self.running.extend(paused_running)
-            for request in paused_waiting:
-                self.waiting.add_request(request)
+            self._release_paused(paused)
             self.host_times.add("schedule", time.perf_counter() - started)
-        if paused_running and not output.total_num_scheduled_tokens:
-            time.sleep(PAUSED_IDLE_SLEEP_S)
+        self._idle_while_paused(paused, output)
         return output
-
-    def on_text(self, stream_key: str, start: int, count: int, state: str) -> None:
-        """Text of a text stream arrived (`contract.TEXT_RPC_METHOD`); TEXT_CLOSED ends its request if it runs."""
-        if state != TEXT_CLOSED:
-            self.texts.arrived(stream_key, start + count, state == TEXT_ENDED)
-            return
-        live = [r for r in self.texts.requests_of(stream_key)
-                if r in self.requests and not self.requests[r].is_finished()]
-        for request_id in self.texts.requests_of(stream_key):
-            self.texts.forget_request(request_id)
-        self.texts.drop(stream_key)
-        if live:
-            self.finish_requests(live, RequestStatus.FINISHED_ABORTED)
-
-    def _hold_paused(self) -> tuple[list[Request], list[Request]]:
-        """Text streams whose next step reads a token that has not arrived leave `running` and `waiting` while vLLM
-        schedules (they keep their KV cache; the worker keeps their codec state), and have no deadline meanwhile."""
-        if not self.texts.request_ids():
-            return [], []
-        for request_id in [r for r in self.texts.request_ids()
-                           if r not in self.requests or self.requests[r].is_finished()]:
-            self.texts.forget_request(request_id)
-        running = [r for r in self.running if self._paused(r)]
-        waiting = [r for r in self.waiting if self._paused(r)]
-        paused = {r.request_id for r in running + waiting}
-        now = self.clock()
-        for request_id in self.texts.request_ids():
-            stream = self.streams.get(request_id)
-            if stream is not None and request_id in paused:
-                stream.pause(now)
-            elif stream is not None:
-                stream.resume(now, self.chunk_schedule)
-        if running:
-            self.running = [r for r in self.running if r.request_id not in paused]
-        if waiting:
-            self.waiting.remove_requests(waiting)
-        return running, waiting
-
-    def _paused(self, request: Request) -> bool:
-        # the step it runs next: its newest token's (a preempted request recomputes up to it)
-        next_step = max(request.num_computed_tokens, request.num_tokens - 1) - request.num_prompt_tokens
-        return self.texts.paused(request.request_id, next_step)
 
     def _schedule(self, *args, **kwargs):
         if self.stock:
@@ -413,15 +360,6 @@ class SpeechScheduler(SpeechPolicyMixin, Scheduler):
 
 class SpeechAsyncScheduler(SpeechPolicyMixin, AsyncScheduler):
     pass
-
-
-def handle_text_call(scheduler: SpeechPolicyMixin, args: tuple, forward) -> list[dict]:
-    """`contract.TEXT_RPC_METHOD` in the engine core: the scheduler learns of the text, then the workers get it."""
-    if len(args) != 4 or args[3] not in TEXT_STATES:
-        return [{"status": 400, "error": f"text call takes (stream key, start, ids, state), got {args!r}"}]
-    stream_key, start, ids, state = args
-    scheduler.on_text(stream_key, int(start), len(ids), state)
-    return forward(args)
 
 
 def make_scheduler(**kwargs) -> Scheduler:

@@ -176,3 +176,19 @@ def test_fill_writes_codebook0_sampling_per_request_row():
     assert buffers.sample_top_p[:2].tolist() == pytest.approx([0.8, 1.0])
     assert buffers.sample_penalty[:2].tolist() == pytest.approx([1.1, 1.0])
     assert buffers.any_sampled and buffers.any_top_p  # a samples with top_p 0.8
+
+
+def test_a_text_streams_decode_rows_read_its_track_and_one_whose_token_is_missing_fails_alone():
+    from vllm_voxserve.models.qwen3_tts.text_track import TextTrack
+
+    buffers = StepBuffers(max_tokens=8, max_slots=4, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
+    track = TextTrack(151673, 151671)
+    track.merge(0, (20, 21, 22))
+    streamed = request("t", 1, 3)
+    streamed.text_track = track
+    requests = {"t": streamed, "a": request("a", 2, 5, trailing=(11, 12))}
+    rows = buffers.fill(StepLayout(("t", "a"), (1, 1), (4, 6)), requests)  # t's step 1 reads token 2
+    assert [r.req_id for r in rows] == ["t", "a"] and buffers.text_ids[:2].tolist() == [22, 12]
+    rows = buffers.fill(StepLayout(("t", "a"), (1, 1), (5, 7)), requests)  # step 2: token 3 has not arrived
+    assert "decode step 2 needs text token 3" in streamed.failed and not requests["a"].failed
+    assert [r.req_id for r in rows] == ["a"]

@@ -32,10 +32,6 @@ class TextTrack:
         for early in sorted(s for s in self._early if s <= len(self.ids)):
             self.merge(early, *self._early.pop(early))
 
-    def available_steps(self) -> int | None:
-        """Decode steps whose text has arrived; None once the text has ended (every step has its text)."""
-        return None if self.ended else max(len(self.ids) - 1, 0)
-
     def decode_text_id(self, step: int) -> int:
         """The text id decode step `step` adds (0 = the step that feeds frame 0 back)."""
         index = step + 1
