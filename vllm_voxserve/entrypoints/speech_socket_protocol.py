@@ -11,8 +11,8 @@ Client -> server, JSON text messages:
 - `{"type": "end"}`: no more text; the server sends the rest of the audio, `done`, and closes (1000).
 - `{"type": "cancel"}`: stop now; the server answers `done` with `"reason": "cancelled"` and keeps the socket and
   the config: a `text` message starts the next utterance with the same config, a `config` message first sets a new
-  one. An utterance whose audio ends without `end` (its `max_new_tokens` reached) also ends with `done`; the socket
-  stays open the same way.
+  one. An utterance whose audio ends without `end` (the model stopped: EOS or `max_new_tokens`) also ends with `done`
+  (`"reason": "stopped"`); the socket stays open the same way.
 
 Server -> client: JSON events and binary audio. `started` when an utterance opens (at its first text message);
 before each binary message an `audio` event (`index` from 0 within the utterance, `duration_s` of audio the bytes
