@@ -16,6 +16,8 @@
 #     profile  py-spy the engine core's and the API server's Python stacks for PROFILE_S (10) seconds in the middle of
 #              a load at RATE req/s (one seed, WINDOW_S): where the host time of a step goes (py-spy among the
 #              carried wheels, see README)
+#     text     the whole-text workload and the same texts sent word by word over the WebSocket (TEXT_WORDS_PER_S,
+#              30) at each of RATES, one after the other on this server (one seed of WINDOW_S each), in the foreground
 #     stop     stop the server
 # Results under $OUT: record_NAME.json.xz (every request and chunk), NAME.txt, step_log_LABEL.txt, serve_LABEL.log.xz
 # (the server's log without its access lines: the step log's every gauge), stacks_LABEL.tar.xz (profile).
@@ -83,6 +85,18 @@ for stage in ${STAGES:-serve sweep wait}; do
     start_sweep "overload_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATES:?}" ${SWEEP_ARGS:-} ;;
   profile)
     profile ;;
+  text)
+    for rate in ${RATES//,/ }; do
+      for kind in sweep text-stream; do
+        name=${kind}_${rate}_$label
+        extra=(); [ "$kind" = text-stream ] && extra=(--text-words-per-s "${TEXT_WORDS_PER_S:-30}")
+        python3 -m benchmarks "$kind" --base-url "$url" --model qwen3-tts --fixed-length --no-progress \
+          --stop-fraction 0 --seeds 0 --window-s "${WINDOW_S:-30}" --rates "$rate" --warmup 16 "${extra[@]}" \
+          --out "$work/$name" ${SWEEP_ARGS:-} > "$work/$name.txt" 2>&1
+        grep "req/s: attainment" "$work/$name.txt"; cp "$work/$name.txt" "$out/"
+        [ -e "$work/$name/record.json" ] && xz -T0 -6 -c "$work/$name/record.json" > "$out/record_$name.json.xz"
+      done
+    done ;;
   wait)
     for name in sweep_$label overload_$label profile_$label; do [ -e "$work/$name.pid" ] && wait_sweep "$name"; done ;;
   stop)
