@@ -27,5 +27,6 @@ def test_our_info_lines_reach_the_handlers_vllm_has_when_they_are_logged():
     plugin.register()
     from vllm_voxserve import compat
 
-    compat.log_through_vllm()  # idempotent: still one forwarding handler
-    assert len(logging.getLogger("vllm_voxserve").handlers) == 1
+    compat.log_through_vllm()  # idempotent: still one forwarding handler (pytest's capture handlers may sit beside it)
+    handlers = logging.getLogger("vllm_voxserve").handlers
+    assert sum(isinstance(h, compat._ToVllmHandlers) for h in handlers) == 1
