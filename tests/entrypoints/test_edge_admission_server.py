@@ -28,9 +28,11 @@ def engine_finished(text: str) -> float:
 
 def test_an_arrival_past_the_edge_limit_is_refused_without_reaching_the_engine(tmp_path):
     checkpoint = make_tiny_checkpoint(tmp_path / "tiny-custom-voice")
-    # T = 1 ms: every first audio on this CPU is late, so the first window with one cuts the limit; floor 1: to one
-    # request in progress (the served floor keeps 16, more than this test runs)
-    config = {"voxserve": {"ttfa_slo_ms": 1}, "voxserve_internal": {"scheduler": {"limit_floor": 1}}}
+    # T = 1 ms: every first audio on this CPU is late, so the first window with one cuts the limit (limit_min_late 1:
+    # one late first audio is enough here); floor 1: to one request in progress (the served floor keeps 16, more than
+    # this test runs)
+    scheduler = {"limit_floor": 1, "limit_min_late": 1}
+    config = {"voxserve": {"ttfa_slo_ms": 1}, "voxserve_internal": {"scheduler": scheduler}}
     body = {"model": SERVED_NAME, "voice": "ryan", "ignore_eos": True, "response_format": "pcm", "stream": True}
     with speech_server(checkpoint, log_path=tmp_path / "serve-edge.log",
                        extra_args=("--additional-config", json.dumps(config))) as url:

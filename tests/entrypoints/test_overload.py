@@ -97,7 +97,7 @@ def test_past_the_edge_limit_an_arrival_is_refused_before_the_service_sees_it():
     service = test_client.app.state.voxserve_speech
     seen = []
     service.prepare = lambda request: seen.append(request) or (None, [0], None)
-    edge = test_client.app.state.voxserve_edge = EdgeGuard(LimitSettings(0.2, floor=1), retry_after_s=2.5)
+    edge = test_client.app.state.voxserve_edge = EdgeGuard(LimitSettings(0.2, floor=1, min_late=1), retry_after_s=2.5)
     now = time.monotonic()
     busy = edge.admit(now - 1.0)  # one request in progress whose first audio came late: the next look cuts to 1
     busy.first_audio(now - 0.5)

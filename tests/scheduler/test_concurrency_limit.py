@@ -43,6 +43,26 @@ def test_first_audio_near_t_or_a_rare_late_one_does_not_cut():
     assert lim.limit.misses == 0 and lim.limit.limit == math.inf
 
 
+def test_one_or_two_late_in_a_window_of_a_poisson_burst_do_not_cut_three_do():
+    # 80 req/s: 40 first audios a window; a server meeting 99 % has one late among them in a third of its windows
+    lim = limit()
+    lim.observe(0.0, [], in_progress=120)
+    lim.observe(0.5, started(38, 0.1, 0.12) + started(2, 0.1, 0.25, prefix="late"), in_progress=120)
+    assert lim.limit.misses == 0 and lim.limit.limit == math.inf
+    lim.observe(1.0, started(37, 0.6, 0.12, prefix="b") + started(3, 0.6, 0.25, prefix="late_b"), in_progress=120)
+    assert lim.limit.misses == 1 and lim.limit.limit == 0.9 * 120
+
+
+def test_one_dry_stream_among_few_does_not_cut_two_do():
+    lim = ConcurrencyLimit(LimitSettings(T, 16))
+    lim.observe(0.0, in_progress=30)
+    lim.observe(0.5, in_progress=30, playing=30, dry=1)
+    assert lim.misses == 0
+    lim.observe(0.7, in_progress=30, playing=30, dry=2)
+    lim.observe(1.0, in_progress=30, playing=30, dry=0)
+    assert lim.misses == 1 and lim.limit == 0.9 * 30
+
+
 def test_misses_of_requests_admitted_before_a_cut_do_not_cut_again():
     lim = limit()
     lim.observe(0.0, [], in_progress=200)
@@ -116,7 +136,8 @@ def test_plain_numbers_judge_each_first_audio_against_its_own_target():
         lim.first_audio(0.1, 0.5, target_s=1.0)  # late for T, in time for the target the request set
     lim.observe(0.5, in_progress=50, playing=40, dry=0)
     assert lim.misses == 0 and lim.limit == math.inf
-    lim.first_audio(0.6, 0.25)  # one of one late against T
+    for _ in range(3):
+        lim.first_audio(0.6, 0.25)  # three of three late against T
     lim.observe(1.0, in_progress=50, playing=40, dry=0)
     assert lim.misses == 1 and lim.limit == 45
     assert not lim.counts(0.9) and lim.counts(1.0)

@@ -7,10 +7,13 @@ is the feedback that bounds that error, measured on what users get:
 
 - each `window_s`, look at the requests whose first audio came in the window and at the streams whose playback ran
   dry (a chunk due and not delivered);
-- a miss window (more than `late_share` of those first audios later than their target, or more than `dry_share` of
-  the streams dry at one look; deadline-aware admission spends the slack below T on purpose, so first audio near T
-  is no sign of overload) lowers the limit to `decrease` of the requests in progress then. Only requests that
-  arrived after the last cut count, so the misses of what was admitted before it do not cut again;
+- a miss window (more than `late_share` of those first audios later than their target and at least `min_late` of
+  them, or more than `dry_share` of the streams dry at one look and at least `min_dry`; deadline-aware admission
+  spends the slack below T on purpose, so first audio near T is no sign of overload) lowers the limit to `decrease`
+  of the requests in progress then. Only requests that arrived after the last cut count, so the misses of what was
+  admitted before it do not cut again. The counts keep chance out: a window holds a few dozen first audios, so one
+  late among them, which a server meeting a 99 % target has every few windows, would exceed any share and cut in
+  the middle of a Poisson burst the server keeps on time; an overload makes many late at once;
 - a clean window in which the limit bound (requests in progress within one of it) raises it by `increase`.
 
 Before the first miss window there is no limit. Arrivals past it are refused at once.
@@ -41,6 +44,8 @@ class LimitSettings:
     window_s: float = 0.5
     late_share: float = 0.02
     dry_share: float = 0.01
+    min_late: int = 3
+    min_dry: int = 2
     decrease: float = 0.9
     increase: float = 0.05
     # how often the edge guard walks its open requests for dry ones (the engine's guard looks at each demand refresh)
@@ -48,7 +53,7 @@ class LimitSettings:
 
 
 def limit_settings(cfg: SchedulerPolicyConfig) -> LimitSettings:
-    return LimitSettings(cfg.ttfa_target_s, cfg.limit_floor)
+    return LimitSettings(cfg.ttfa_target_s, cfg.limit_floor, min_late=cfg.limit_min_late)
 
 
 @dataclass(slots=True)
@@ -60,7 +65,7 @@ class ConcurrencyLimit:
     _cut_at: float = -math.inf
     _first_audios: int = 0
     _late: int = 0
-    _dry_max: float = 0.0
+    _dry: bool = False  # a look in this window found too many streams dry
     _bound: bool = False
 
     def admits(self, in_progress: int) -> bool:
@@ -81,7 +86,7 @@ class ConcurrencyLimit:
         """A look at the server: the requests in progress and, of the streams playing that arrived after the last cut
         (`counts`), how many ran dry. Closes the window when it is due."""
         s = self.settings
-        self._dry_max = max(self._dry_max, dry / playing if playing else 0.0)
+        self._dry = self._dry or (dry >= s.min_dry and dry > s.dry_share * playing)
         self._bound = self._bound or in_progress + 1 >= self.limit
         if self._window_start is None:
             self._window_start = now
@@ -91,14 +96,14 @@ class ConcurrencyLimit:
 
     def _close_window(self, now: float, in_progress: int) -> None:
         s = self.settings
-        late = self._late > s.late_share * self._first_audios
-        if late or self._dry_max > s.dry_share:
+        late = self._late >= s.min_late and self._late > s.late_share * self._first_audios
+        if late or self._dry:
             self.misses += 1
             self._cut_at = now
             self.limit = max(float(s.floor), s.decrease * min(in_progress, self.limit))
         elif self._bound and math.isfinite(self.limit):
             self.limit += max(1.0, s.increase * self.limit)
-        self._first_audios, self._late, self._dry_max, self._bound = 0, 0, 0.0, False
+        self._first_audios, self._late, self._dry, self._bound = 0, 0, False, False
 
 
 @dataclass(slots=True)

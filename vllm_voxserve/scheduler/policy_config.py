@@ -54,6 +54,7 @@ class SchedulerPolicyConfig:
     # an arrival at once, before the request is read or reaches the engine (entrypoints/edge_admission.py)
     edge_admission: bool = True  # refuse at the API server past the limit it learns from what it delivers
     limit_floor: int = 16  # the learned limits never go below (a short burst on an idle server is admitted)
+    limit_min_late: int = 3  # fewest late first audios in a window that cut a learned limit (one is chance)
     demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
     min_retry_after_s: float = 1.0  # smallest Retry-After of a 503
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
@@ -70,7 +71,7 @@ class SchedulerPolicyConfig:
         _at_least_one(
             self, "chunk_frames", "first_chunk_frames", "background_min_batch", "background_max_batch",
             "urgent_max_batch", "max_decode_batch", "max_prefills_per_step", "max_prefill_tokens",
-            "default_expected_frames", "codec_sms", "limit_floor",
+            "default_expected_frames", "codec_sms", "limit_floor", "limit_min_late",
         )
         if not self.demand_horizons_s or any(not h > 0 for h in self.demand_horizons_s):
             raise ValueError(f"demand_horizons_s must be positive seconds, got {self.demand_horizons_s!r}")
