@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import requests
 
+from tests.entrypoints.prometheus_text import engine_gauges
 from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -72,17 +73,6 @@ def leave_while_waiting(url: str, i: int) -> bool:
             return True
 
 
-def gauges(url: str) -> dict[str, float]:
-    wanted = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-    values = {}
-    for line in requests.get(f"{url}/metrics", timeout=10).text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in wanted:
-            values[name] = float(line.rsplit(" ", 1)[1])
-    assert set(values) == set(wanted), values
-    return values
-
-
 def stream(url: str, seed: int) -> list[bytes]:
     response = requests.post(f"{url}/v1/audio/speech", data=body(stream=True, seed=seed, max_new_tokens=25),
                              headers={"Content-Type": "application/json"}, stream=True, timeout=120)
@@ -98,7 +88,7 @@ def test_hundreds_of_clients_leaving_free_everything(server):
     assert all(streaming), f"{streaming.count(False)} streams ended before their first audio"
     assert all(waiting), f"{waiting.count(False)} non-streaming requests were answered before their clients left"
     deadline = time.monotonic() + 30
-    while (values := gauges(server)) != {name: 0.0 for name in values}:
+    while (values := engine_gauges(server)) != {name: 0.0 for name in values}:
         assert time.monotonic() < deadline, f"work left {time.monotonic() - started:.0f} s after {LEAVERS}x2 left: " \
                                             f"{values}"
         time.sleep(0.5)

@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.entrypoints.audio_decoding import decode
+from tests.entrypoints.prometheus_text import engine_gauges
 from tests.speech_server import SERVED_NAME, make_tiny_checkpoint, speech_server
 
 websockets = pytest.importorskip("websockets")
@@ -80,20 +81,9 @@ def audio_bytes(got: list) -> int:
     return sum(len(item) for item in got if isinstance(item, bytes))
 
 
-def gauges(url: str) -> dict[str, float]:
-    wanted = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-    values = {}
-    for line in requests.get(f"{url}/metrics", timeout=10).text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in wanted:
-            values[name] = float(line.rsplit(" ", 1)[1])
-    assert set(values) == set(wanted), values
-    return values
-
-
 def wait_idle(url: str, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
-    while (values := gauges(url)) != {name: 0.0 for name in values}:
+    while (values := engine_gauges(url)) != {name: 0.0 for name in values}:
         assert time.monotonic() < deadline, f"work left {timeout_s:g} s after: {values}"
         time.sleep(0.5)
 
