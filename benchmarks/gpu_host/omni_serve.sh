@@ -12,8 +12,9 @@
 #   probe   one burst of 1, 4, 8, 16 and 32 simultaneous streams (stream_probe.py): TTFA and frames received
 #   sweep   the benchmark suite's open-loop sweep at RATES (default 1,2,3,4,6,8) with the `vllm-omni` profile
 #   search  its capacity search at 90 % and 99 % (SEARCH_ARGS, default "--window-s 20 --start-rate 2 --resolution 0.5")
-# The suite has no fixed-concurrency (closed-loop) mode: `probe` gives one burst per concurrency, not the sustained
-# concurrency of vLLM-Omni's published table.
+#   concurrency  the suite's closed loop, as vLLM-Omni's published table measures: LEVELS (1,4,8,16,32) requests in
+#           flight, PER_LEVEL (32) requests each, one seed (CONCURRENCY_ARGS adds options, e.g. --time-budget-s 200)
+#   stop    stop the server this script started (its process group, from $OUT/server.pid)
 #
 # How lengths are matched. vLLM-Omni's speech request (vllm_omni/entrypoints/openai/protocol/audio.py:132) has
 # `max_new_tokens` (1..4096, tts_adapters/base.py:109), which for Qwen3-TTS becomes the talker's max_tokens
@@ -71,6 +72,12 @@ for stage in ${STAGES:-serve probe}; do
   search)
     python3 -m benchmarks search --base-url "$url" --profile vllm-omni --server-name vllm-omni --model qwen3-tts \
       --fixed-length --no-progress --out "$out/search" ${SEARCH_ARGS:---window-s 20 --start-rate 2 --resolution 0.5} ;;
-  *) echo "unknown stage $stage (serve, probe, sweep, search)" >&2; exit 2 ;;
+  concurrency)
+    python3 -m benchmarks concurrency --base-url "$url" --profile vllm-omni --server-name vllm-omni --model qwen3-tts \
+      --fixed-length --no-progress --stop-fraction 0 --seeds 0 --levels "${LEVELS:-1,4,8,16,32}" \
+      --requests-per-level "${PER_LEVEL:-32}" --warmup 8 --out "$out/concurrency" ${CONCURRENCY_ARGS:-} ;;
+  stop)
+    [ -e "$out/server.pid" ] && { kill -- -"$(cat "$out/server.pid")" 2>/dev/null || true; sleep 5; } ;;
+  *) echo "unknown stage $stage (serve, probe, sweep, search, concurrency, stop)" >&2; exit 2 ;;
   esac
 done

@@ -16,6 +16,8 @@
 #     profile  py-spy the engine core's and the API server's Python stacks for PROFILE_S (10) seconds in the middle of
 #              a load at RATE req/s (one seed, WINDOW_S): where the host time of a step goes (py-spy among the
 #              carried wheels, see README)
+#     concurrency  closed loop at LEVELS (1,4,8,16,32) requests in flight, PER_LEVEL (32) requests each (one seed), in
+#              the foreground: TTFA at fixed concurrency, the table other servers publish
 #     text     the whole-text workload and the same texts sent word by word over the WebSocket (TEXT_WORDS_PER_S,
 #              30) at each of RATES, one after the other on this server (one seed of WINDOW_S each), in the foreground
 #     stop     stop the server
@@ -85,6 +87,13 @@ for stage in ${STAGES:-serve sweep wait}; do
     start_sweep "overload_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATES:?}" ${SWEEP_ARGS:-} ;;
   profile)
     profile ;;
+  concurrency)
+    name=concurrency_$label
+    python3 -m benchmarks concurrency --base-url "$url" --model qwen3-tts --fixed-length --no-progress \
+      --stop-fraction 0 --seeds 0 --levels "${LEVELS:-1,4,8,16,32}" --requests-per-level "${PER_LEVEL:-32}" \
+      --warmup 16 --out "$work/$name" ${SWEEP_ARGS:-} > "$work/$name.txt" 2>&1
+    grep "concurrent:" "$work/$name.txt"; cp "$work/$name.txt" "$out/"
+    [ -e "$work/$name/record.json" ] && xz -T0 -6 -c "$work/$name/record.json" > "$out/record_$name.json.xz" ;;
   text)
     for rate in ${RATES//,/ }; do
       for kind in sweep text-stream; do
