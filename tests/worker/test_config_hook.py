@@ -167,10 +167,10 @@ def test_an_internal_field_is_refused_among_the_settings_and_taken_in_its_own_se
 def test_a_vllm_whose_hooks_differ_stops_before_any_engine_process_starts(monkeypatch):
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from vllm_voxserve import compat
+    from vllm_voxserve import vllm_hooks
 
     monkeypatch.setattr(Scheduler, "update_from_output", lambda self, scheduler_output: None)
     config = _vllm_config(None)
-    with pytest.raises(compat.UnsupportedVllm, match="Scheduler.update_from_output: takes \\(scheduler_output\\)"):
+    with pytest.raises(vllm_hooks.UnsupportedVllm, match="Scheduler.update_from_output: takes \\(scheduler_output\\)"):
         VoxServeConfigHook.verify_and_update_config(config)
     assert config.parallel_config.worker_cls == "auto"  # nothing was chosen

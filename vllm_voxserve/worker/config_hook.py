@@ -8,7 +8,7 @@ import os
 
 from vllm.model_executor.models.config import VerifyAndUpdateConfig
 
-from vllm_voxserve import compat
+from vllm_voxserve import vllm_hooks
 from vllm_voxserve.config import ADDITIONAL_CONFIG_KEY, INTERNAL_CONFIG_KEY, VoxServeConfig, process_config
 from vllm_voxserve.serving_defaults import cores_per_sm, derive_serving_defaults, is_vllm_default
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_and_check
@@ -28,7 +28,7 @@ class VoxServeConfigHook(VerifyAndUpdateConfig):
 
         config = process_config(vllm_config.additional_config)  # fail fast on bad keys
         # Before any process starts: a vLLM whose hooks differ stops here with one message, not inside a step.
-        compat.check_hooks(compat.serving_uses(current_platform.is_cpu(), config.lanes))
+        vllm_hooks.check_hooks(vllm_hooks.serving_uses(current_platform.is_cpu(), config.lanes))
         # Fail fast, naming every missing file, rather than at the first file some later step opens (an absent
         # vocab.json surfaces as a sentencepiece/tiktoken error from transformers). A hub id resolves through the
         # hub cache (downloaded there first unless HF_HUB_OFFLINE is set).
