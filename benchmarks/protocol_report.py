@@ -55,13 +55,17 @@ def entries_of(record: dict[str, Any], source: str, label: str | None = None) ->
 
 
 def joined_record(source: str) -> dict[str, Any]:
-    """The record named by `source`, or with "A+B" one record holding the runs of A and of B (one server, no modes)."""
+    """The record named by `source`, or with "A+B" one record holding the runs (and closed-loop levels) of A and of B
+    (one server, no modes)."""
     records = [read_record(part) for part in source.split("+")]
     if len(records) == 1:
         return records[0]
     if any("modes" in record for record in records):
         raise SystemExit(f"{source}: only records of one server and no modes can be joined")
-    return {**records[0], "runs": [run for record in records for run in record.get("runs", [])]}
+    joined = {**records[0], "runs": [run for record in records for run in record.get("runs", [])]}
+    if any("levels" in record for record in records):
+        joined["levels"] = [level for record in records for level in record.get("levels", [])]
+    return joined
 
 
 def load_entries(folders: list[str], labels: list[str] | None) -> tuple[list[Entry], list[Entry]]:
@@ -160,14 +164,15 @@ def rate_table(summary: ProtocolSummary, entry: Entry) -> list[str]:
 def concurrency_table(closed: list[Entry]) -> list[str]:
     """TTFA at a fixed number of requests in flight, one row per level of each closed-loop record."""
     lines = ["| server | in flight | TTFA p50 | TTFA p95 | TTFA p99 | RTF (mean) | audio s per wall s | completed "
-             "| commit |", "|" + "---|" * 9]
+             "| met the SLO | commit |", "|" + "---|" * 10]
     for entry in closed:
         commit = str(entry.record.get("commit") or "?")[:7]
         for level in entry.record.get("levels", []):
             rtf = "n/a" if level["rtf_mean"] is None else f"{level['rtf_mean']:.3f}"
             cells = [entry.label, str(level["concurrency"]), _ms(level["ttfa_p50_s"]), _ms(level["ttfa_p95_s"]),
                      _ms(level["ttfa_p99_s"]), rtf, f"{level['audio_s_per_wall_s']:.1f}",
-                     f"{level['num_completed']}/{level['num_requests']}", commit]
+                     f"{level['num_completed']}/{level['num_requests']}",
+                     f"{level['num_met']}/{level['num_requests']}", commit]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -177,7 +182,8 @@ def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: s
     parts = [rates_markdown(summaries, entries, baseline)] if entries else []
     if closed:
         parts.append(["TTFA with a fixed number of requests in flight (closed loop: each request's end sends the "
-                      "next; RTF: time from sending to the stream's end over the audio's length).", ""]
+                      "next; RTF: time from sending to the stream's end over the audio's length; met the SLO: TTFA "
+                      "within the target and no stall).", ""]
                      + concurrency_table(closed))
     return "\n\n".join("\n".join(part) for part in parts) + "\n"
 

@@ -115,7 +115,7 @@ def test_a_closed_loop_record_adds_a_table_of_ttfa_per_level(tmp_path):
     assert main([write(tmp_path, "sweep", sweep), write(tmp_path, "closed", closed), "--out", str(out)]) == 0
     table = (out / "protocol.md").read_text()
     assert "| ours | ≥ 8 | ≥ 8 |" in table
-    assert "| vllm-omni | 1 | 300 ms | 600 ms | 900 ms | 0.250 | 40.0 | 63/64 | 0123abc |" in table
+    assert "| vllm-omni | 1 | 300 ms | 600 ms | 900 ms | 0.250 | 40.0 | 63/64 | 60/64 | 0123abc |" in table
     assert "| vllm-omni | 32 | 8400 ms | 16800 ms |" in table
     report = json.loads((out / "protocol.json").read_text())
     assert [e["label"] for e in report["entries"]] == ["ours"]
@@ -123,6 +123,12 @@ def test_a_closed_loop_record_adds_a_table_of_ttfa_per_level(tmp_path):
     only = tmp_path / "only"
     assert main([str(tmp_path / "closed"), "--out", str(only)]) == 0  # a closed-loop record alone: no rate plots
     assert (only / "protocol.md").read_text().startswith("TTFA with a fixed number") and not (only / PNGS[0]).exists()
+    # the levels of one server's closed-loop records, run in two parts, join into one table
+    later = {**closed, "levels": [level(8, 1.0)]}
+    joined = tmp_path / "joined"
+    assert main([f"{tmp_path / 'closed'}+{write(tmp_path, 'later', later)}", "--out", str(joined)]) == 0
+    assert [lv["concurrency"] for lv in json.loads((joined / "protocol.json").read_text())["concurrency"][0]["levels"]] \
+        == [1, 32, 8]
 
 
 def test_a_record_slimmed_before_chunks_were_kept_is_refused_by_name(tmp_path):
