@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -30,6 +31,17 @@ def app_for(service, api_key: str | None = None) -> FastAPI:
     app.state.voxserve_edge = EdgeGuard.from_policy(service.config.scheduler_policy())
     app.state.voxserve_api_keys = api_key_hashes([api_key] if api_key else None, None)
     return app
+
+
+@contextlib.contextmanager
+def utterance_socket(app: FastAPI, text: str, then: str):
+    """A socket to `app` on which an utterance has been opened with `CONFIG` and `text`, followed by a message of
+    type `then` (`flush`, `cancel` or `end`)."""
+    with TestClient(app) as client, client.websocket_connect(PATH) as ws:
+        ws.send_json(CONFIG)
+        ws.send_json({"type": "text", "text": text})
+        ws.send_json({"type": then})
+        yield ws
 
 
 def receive_until(ws, event_type: str | None = None) -> tuple[list, int | None]:
@@ -121,10 +133,7 @@ def test_every_streamed_format_decodes(fmt):
 
 def test_cancel_stops_the_utterance_and_the_next_starts_with_the_same_or_a_new_config():
     service = FakeTextService()
-    with TestClient(app_for(service)) as client, client.websocket_connect(PATH) as ws:
-        ws.send_json(CONFIG)
-        ws.send_json({"type": "text", "text": "never spoken"})
-        ws.send_json({"type": "cancel"})
+    with utterance_socket(app_for(service), "never spoken", "cancel") as ws:
         first, _ = receive_until(ws, "done")
         ws.send_json({"type": "text", "text": "same voice"})
         ws.send_json({"type": "flush"})
@@ -222,10 +231,7 @@ def test_a_client_that_leaves_mid_utterance_cancels_it_at_once():
 def test_a_synthesis_that_fails_ends_with_an_error_event_and_its_close_code(error, code, kind):
     service = FakeTextService(fail_after_chunks=1, error=error)
     app = app_for(service)
-    with TestClient(app) as client, client.websocket_connect(PATH) as ws:
-        ws.send_json(CONFIG)
-        ws.send_json({"type": "text", "text": "one two three"})
-        ws.send_json({"type": "end"})
+    with utterance_socket(app, "one two three", "end") as ws:
         got, closed = receive_until(ws)
     assert closed == code and sum(isinstance(item, bytes) for item in got) == 1
     assert got[-1]["error"]["type"] == kind and str(error) in got[-1]["error"]["message"]
@@ -236,10 +242,7 @@ def test_a_synthesis_that_fails_ends_with_an_error_event_and_its_close_code(erro
 
 def test_an_utterance_that_runs_out_leaves_the_socket_open_for_the_next():
     service = FakeTextService()
-    with TestClient(app_for(service)) as client, client.websocket_connect(PATH) as ws:
-        ws.send_json(CONFIG)
-        ws.send_json({"type": "text", "text": "short"})
-        ws.send_json({"type": "flush"})
+    with utterance_socket(app_for(service), "short", "flush") as ws:
         receive_pieces(ws, 1)
         ws.portal.call(service.streams[0].run_out)  # its audio ends as at max_new_tokens
         got, _ = receive_until(ws, "done")

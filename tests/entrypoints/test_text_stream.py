@@ -17,7 +17,7 @@ from vllm_voxserve.config import VoxServeConfig  # noqa: E402
 from vllm_voxserve.contract import TEXT_CLOSED, TEXT_ENDED, TEXT_OPEN, TEXT_RPC_METHOD  # noqa: E402
 from vllm_voxserve.entrypoints.speech_request import SpeechRequest  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import InvalidSpeechRequest, SpeechService  # noqa: E402
-from vllm_voxserve.entrypoints.text_stream import TextTokens  # noqa: E402
+from vllm_voxserve.entrypoints.text_stream import TextStream, TextTokens  # noqa: E402
 from vllm_voxserve.models.qwen3_tts.job import SpeechJob  # noqa: E402
 from vllm_voxserve.models.qwen3_tts.tokenizer import load_text_tokenizer, target_text_ids  # noqa: E402
 from vllm_voxserve.transport import AUDIO, END  # noqa: E402
@@ -165,15 +165,26 @@ def test_text_that_ends_before_the_request_starts_goes_whole_in_the_job(checkpoi
     assert service.engine_client.text_calls == []
 
 
+async def _collect(stream) -> list[np.ndarray]:
+    return [chunk async for chunk in stream.audio()]
+
+
+async def stream_being_heard(service: SpeechService, text: str) -> tuple[TextStream, asyncio.Task]:
+    """A text stream opened with `text` and the task collecting its audio, once its request has had time to start
+    (the text holds a certain word, so the request starts at once)."""
+    stream = service.open_text_stream(request())
+    await stream.append(text)
+    heard = asyncio.get_running_loop().create_task(_collect(stream))
+    await asyncio.sleep(0.05)
+    return stream, heard
+
+
 def test_cancel_aborts_the_request_and_ends_the_audio(checkpoint):
     service = service_on(checkpoint)
     engine = service.engine_client
 
     async def run():
-        stream = service.open_text_stream(request())
-        await stream.append("Hello there, ")
-        heard = asyncio.get_running_loop().create_task(_collect(stream))
-        await asyncio.sleep(0.05)
+        stream, heard = await stream_being_heard(service, "Hello there, ")
         await stream.cancel()
         chunks = await asyncio.wait_for(heard, 1.0)
         with pytest.raises(InvalidSpeechRequest, match="cancelled"):
@@ -209,19 +220,12 @@ def test_requests_a_text_stream_cannot_take_are_refused_when_opened(checkpoint):
         service.open_text_stream(request().model_copy(update={"voice": None}))
 
 
-async def _collect(stream) -> list[np.ndarray]:
-    return [chunk async for chunk in stream.audio()]
-
-
 def test_text_after_the_request_ended_sends_nothing(checkpoint):
     service = service_on(checkpoint)
     engine = service.engine_client
 
     async def run():
-        stream = service.open_text_stream(request())
-        await stream.append("Hello there ")
-        heard = asyncio.get_running_loop().create_task(_collect(stream))
-        await asyncio.sleep(0.05)
+        stream, heard = await stream_being_heard(service, "Hello there ")
         engine.ended.set()  # the request ends on its own (the model's EOS) while the text is open
         await heard
         calls = len(engine.text_calls)
