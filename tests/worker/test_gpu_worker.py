@@ -96,3 +96,19 @@ def test_vllm_captures_its_graphs_on_the_backbone_priority_stream(monkeypatch, c
     worker.model_runner = object()
     worker.lanes_config, worker.backbone_capture_stream = LanesConfig(), capture_stream
     assert worker._compile_or_warm_up() == "warm" and seen == expected
+
+
+@pytest.mark.parametrize("method", ["MODE_RPC_METHOD", "CANCEL_RPC_METHOD", "STATS_RPC_METHOD", "TEXT_RPC_METHOD"])
+def test_both_workers_answer_every_rpc_of_the_contract_from_their_own_runner(method):
+    """vLLM resolves a collective_rpc by name on the worker: each contract name must reach the worker's runner."""
+    from vllm_voxserve import contract
+    from vllm_voxserve.worker.cpu_worker import VoxServeCPUWorker
+
+    name = getattr(contract, method)
+    args = {"MODE_RPC_METHOD": (None,), "CANCEL_RPC_METHOD": ([],), "STATS_RPC_METHOD": (),
+            "TEXT_RPC_METHOD": ("stream", 0, [], "open")}[method]
+    for worker_class in (VoxServeGPUWorker, VoxServeCPUWorker):
+        worker = worker_class.__new__(worker_class)
+        worker.model_runner = SimpleNamespace(speech=None, model_state=None)  # not loaded yet: a 503 reply
+        reply = getattr(worker, name)(*args)
+        assert reply["status"] == 503 and "no speech runtime" in reply["error"]

@@ -16,7 +16,7 @@ from vllm_voxserve.models.qwen3_tts.vllm_model import Qwen3TTSForVllm
 from vllm_voxserve.vllm_patches import attach_step_report, capture_vllm_graphs_on
 from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.worker.mrv2_state import SpeechModelState
-from vllm_voxserve.worker.rpc import cancel_audio_call, codec_mode_call, stats_call, text_call
+from vllm_voxserve.worker.rpc import SpeechRpcTargets
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
 
 logger = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ class VoxServeV1GPUModelRunner(V1SpeechHooks, GPUModelRunner):
     pass
 
 
-class VoxServeGPUWorker(Worker):
+class VoxServeGPUWorker(SpeechRpcTargets, Worker):
     def init_device(self) -> None:
         # Both before the model loads, as the codec and the code predictor compile while it is built. The thread
         # count first: dynamo's guards hold it, so setting it after the compile made the inline codec's first call
@@ -70,21 +70,6 @@ class VoxServeGPUWorker(Worker):
             attach_step_report(output, lambda: speech.step_report(costs=False))
         return output
 
-    def voxserve_codec_mode(self, mode: str | None = None) -> dict:
-        """`collective_rpc` target (contract.MODE_RPC_METHOD): report, and with `mode` switch, the codec mode."""
-        return codec_mode_call(self.model_runner, mode)
-
-    def voxserve_cancel_audio(self, stream_keys: list[str]) -> dict:
-        """`collective_rpc` target (contract.CANCEL_RPC_METHOD): end these streams' audio, their listeners left."""
-        return cancel_audio_call(self.model_runner, stream_keys)
-
-    def voxserve_text(self, stream_key: str, start: int, ids: list[int], state: str) -> dict:
-        """`collective_rpc` target (contract.TEXT_RPC_METHOD): text of a text stream, in order."""
-        return text_call(self.model_runner, stream_key, start, ids, state)
-
-    def voxserve_stats(self) -> dict:
-        """`collective_rpc` target (contract.STATS_RPC_METHOD): the engine's speech counters for /metrics."""
-        return stats_call(self.model_runner)
 
 
 def serve_on_one_intra_op_thread() -> None:

@@ -1,7 +1,7 @@
 """The worker ends of our `collective_rpc` calls from the API server: `GET /voxserve/modes` and `POST /voxserve/mode`
 (`codec_mode_call`), streams whose listeners left (`cancel_audio_call`), and the engine's speech metrics
 (`stats_call`), and the text of text streams (`text_call`). Our worker classes expose them as
-methods (0.26 resolves a string method with `getattr(worker, name)` on each worker and runs it on the thread that runs
+methods through `SpeechRpcTargets` (0.26 resolves a string method with `getattr(worker, name)` on each worker and runs it on the thread that runs
 the worker's steps: the worker process's busy loop on CPU, the engine core's loop on GPU; so it never runs while a
 step touches the audio pipeline).
 
@@ -77,3 +77,26 @@ def text_call(model_runner, stream_key: str, start: int, ids: list[int], state: 
         return {"status": 400, "error": str(exc)}
     # what this worker still holds: its requests and their open audio streams (codec slots)
     return {"status": 200, "requests": len(runtime.model.requests), "audio_streams": len(runtime.pipeline.streams)}
+
+
+class SpeechRpcTargets:
+    """The `collective_rpc` targets of our workers (a mixin before vLLM's worker class; `self.model_runner` is the
+    worker's runner)."""
+
+    model_runner: object
+
+    def voxserve_codec_mode(self, mode: str | None = None) -> dict:
+        """contract.MODE_RPC_METHOD: report, and with `mode` switch, the codec mode."""
+        return codec_mode_call(self.model_runner, mode)
+
+    def voxserve_cancel_audio(self, stream_keys: list[str]) -> dict:
+        """contract.CANCEL_RPC_METHOD: end these streams' audio, their listeners left."""
+        return cancel_audio_call(self.model_runner, stream_keys)
+
+    def voxserve_text(self, stream_key: str, start: int, ids: list[int], state: str) -> dict:
+        """contract.TEXT_RPC_METHOD: text of a text stream, in order."""
+        return text_call(self.model_runner, stream_key, start, ids, state)
+
+    def voxserve_stats(self) -> dict:
+        """contract.STATS_RPC_METHOD: the engine's speech counters for /metrics."""
+        return stats_call(self.model_runner)
