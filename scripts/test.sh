@@ -8,11 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # What the newest vLLM runs (about 10 minutes on 2 cores): the tests of the code that touches vLLM (the plugin, the
 # hook checks, the scheduler and worker adapters) and the servers that go through its scheduler, runner and RPCs:
-# the speech API, the serving-mode switches, failed requests, seeded sampling in a batch, clients leaving.
+# the speech API, the serving-mode switches, failed requests, seeded sampling in a batch, clients leaving, text
+# streamed in over the WebSocket (paused requests leave vLLM's running queue and return).
 RANGE_TESTS=(tests/test_plugin.py tests/test_vllm_hooks.py tests/test_vllm_patches.py tests/scheduler/test_adapter.py
              tests/worker tests/entrypoints/test_speech_server.py tests/entrypoints/test_codec_mode_server.py
              tests/entrypoints/test_fault_isolation_server.py tests/entrypoints/test_seed_batch_invariance_server.py
-             tests/entrypoints/test_disconnects_server.py)
+             tests/entrypoints/test_disconnects_server.py tests/entrypoints/test_speech_socket_server.py)
 eval "$(bash scripts/register_without_pip.sh "$PWD/.cache/entry-points")"  # this checkout, with its vLLM entry points
 bash scripts/install_parity.sh > /dev/null  # the official qwen-tts 0.1.1 environment for the parity tests
 # FAAD2 decodes the AAC responses in the tests, independently of the server's encoder (that test skips without it)
