@@ -35,7 +35,7 @@ from vllm_voxserve.scheduler.adapter import make_scheduler
 
 try:  # where the step report lives moved; the script runs on either layout
     from vllm_voxserve.contract import RequestProgress, StepReport
-    from vllm_voxserve.vllm_patches import attach_step_report
+    from vllm_voxserve.compat import attach_step_report
 except ImportError:
     from vllm_voxserve.scheduler.adapter import attach_report as attach_step_report
     from vllm_voxserve.scheduler.report import RequestProgress, StepReport

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # hook checks, the scheduler and worker adapters) and the servers that go through its scheduler, runner and RPCs:
 # the speech API, the serving-mode switches, failed requests, seeded sampling in a batch, clients leaving, text
 # streamed in over the WebSocket (paused requests leave vLLM's running queue and return).
-RANGE_TESTS=(tests/test_plugin.py tests/test_vllm_hooks.py tests/test_vllm_patches.py tests/scheduler/test_adapter.py
+RANGE_TESTS=(tests/test_plugin.py tests/test_vllm_hooks.py tests/test_compat.py tests/scheduler/test_adapter.py
              tests/worker tests/entrypoints/test_speech_server.py tests/entrypoints/test_codec_mode_server.py
              tests/entrypoints/test_fault_isolation_server.py tests/entrypoints/test_seed_batch_invariance_server.py
              tests/entrypoints/test_disconnects_server.py tests/entrypoints/test_speech_socket_server.py)

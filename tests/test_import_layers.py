@@ -10,7 +10,7 @@ Layers, lowest first; a module may import its own layer and the layers its rule 
     adapters      the vLLM side, one folder per process role:
                     scheduler/adapter.py and text_adapter.py (engine core), worker/ (worker),
                     entrypoints/ (API server),
-                    plugin.py, vllm_hooks.py and vllm_patches.py (every process)
+                    plugin.py, vllm_hooks.py and compat.py (every process)
 
 The adapters depend on the policy and the models, never the other way round; the three process roles never import
 one another (they meet only in `contract`); vLLM is imported by adapter modules only; no import circles.
@@ -34,7 +34,7 @@ LAYERS = [
     ("codec_lanes", ["codec_lanes"]),
     ("worker", ["worker"]),
     ("api_server", ["entrypoints"]),
-    ("vllm_internals", ["vllm_hooks", "vllm_patches"]),
+    ("vllm_internals", ["vllm_hooks", "compat"]),
     ("plugin", ["plugin"]),
     ("package", [""]),
 ]
@@ -48,14 +48,14 @@ MAY_IMPORT = {
     "vllm_internals": {"contract"},
     "engine_core": {"contract", "policy", "shared", "vllm_internals"},
     "worker": {"contract", "policy", "shared", "models", "codec_lanes", "vllm_internals"},
-    # the edge guard holds the policy's concurrency limit; vllm_patches reaches vLLM's private data-parallel client
+    # the edge guard holds the policy's concurrency limit; compat reaches vLLM's private data-parallel client
     "api_server": {"contract", "policy", "shared", "models", "vllm_internals"},
     "plugin": {"contract", "shared", "models", "vllm_internals", "worker"},  # the config hook lives with the worker
     "package": set(),
 }
 
 # The adapter modules: the only ones that may import vLLM.
-VLLM_IMPORTERS = ["vllm_hooks", "vllm_patches", "plugin", "scheduler.adapter", "scheduler.text_adapter", "worker",
+VLLM_IMPORTERS = ["vllm_hooks", "compat", "plugin", "scheduler.adapter", "scheduler.text_adapter", "worker",
                   "entrypoints.speech_plugin", "entrypoints.speech_service", "models.qwen3_tts.vllm_model"]
 # No torch where the policy and the contract must run without it.
 TORCH_FREE_LAYERS = {"contract", "policy"}

@@ -25,9 +25,9 @@ def test_our_info_lines_reach_the_handlers_vllm_has_when_they_are_logged():
         logging.getLogger("vllm").removeHandler(later)
     assert later.lines == ["step host time 7 ms"]
     plugin.register()
-    from vllm_voxserve import vllm_patches
+    from vllm_voxserve import compat
 
     # idempotent: still one forwarding handler (pytest's capture handlers may sit beside it)
-    vllm_patches.log_through_vllm()
+    compat.log_through_vllm()
     handlers = logging.getLogger("vllm_voxserve").handlers
-    assert sum(isinstance(h, vllm_patches._ToVllmHandlers) for h in handlers) == 1
+    assert sum(isinstance(h, compat._ToVllmHandlers) for h in handlers) == 1

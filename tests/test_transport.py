@@ -80,6 +80,6 @@ def test_a_gap_in_sequence_numbers_is_reported_not_played():
     (["vllm", "serve", "m"], False),
 ])
 def test_plugin_flag_is_read_from_the_command_line(argv, expected):
-    from vllm_voxserve.vllm_patches import plugin_requested_on_command_line
+    from vllm_voxserve.compat import plugin_requested_on_command_line
 
     assert plugin_requested_on_command_line(argv) is expected

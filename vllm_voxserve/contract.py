@@ -2,7 +2,7 @@
 and the worker (`worker/`). Each side imports these names from here, never from another side.
 
     API server --SamplingParams.extra_args (JOB_KEY, PLAN_KEY)--> engine core --> worker
-    worker --StepReport on each step's output--> engine core (`vllm_patches.attach_step_report`)
+    worker --StepReport on each step's output--> engine core (`compat.attach_step_report`)
     engine core --stop_reason (rejection, failure)--> API server
     API server --collective_rpc (MODE_RPC_METHOD, CANCEL_RPC_METHOD, STATS_RPC_METHOD)--> worker; replies are dicts
     API server --collective_rpc (TEXT_RPC_METHOD)--> engine core (scheduler) --> worker: text of a text stream
@@ -125,7 +125,7 @@ def decode_failure(stop_reason: Any) -> str | None:
 
 # `GET /voxserve/modes`, `POST /voxserve/mode`: args (mode or None,); reply {"status": 200, "modes": [...],
 # "current": NAME} or {"status": 400 | 409 | 500 | 503, "error": TEXT, ...} (503: no device memory for the new mode,
-# the old one still serves). The engine core sees this call first (`vllm_patches.route_mode_rpc_through_scheduler`).
+# the old one still serves). The engine core sees this call first (`compat.route_mode_rpc_through_scheduler`).
 MODE_RPC_METHOD = "voxserve_codec_mode"
 # streams whose listeners left: args (stream keys,); reply {"status": 200, "cancelled": N}
 CANCEL_RPC_METHOD = "voxserve_cancel_audio"
@@ -139,7 +139,7 @@ STATS_RPC_METHOD = "voxserve_stats"
 # and the text's state after them. Every data-parallel rank receives them (the request may run on any); a rank
 # keeps a stream key's text until its request ends or TEXT_CLOSED comes. Reply {"status": 200, "requests": N,
 # "audio_streams": M}: what the worker still holds (its requests, their open audio streams).
-# The engine core sees this call first (`vllm_patches.route_rpc_through_scheduler`): a text stream that needs a token
+# The engine core sees this call first (`compat.route_rpc_through_scheduler`): a text stream that needs a token
 # that has not arrived (and is not ended) is paused there, holding its KV cache and codec state but no decode row.
 TEXT_RPC_METHOD = "voxserve_text"
 TEXT_OPEN = "open"  # more text may follow

@@ -23,13 +23,13 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    from vllm_voxserve import vllm_hooks, vllm_patches
+    from vllm_voxserve import vllm_hooks, compat
 
     vllm_hooks.check_hooks([vllm_hooks.REGISTRATION])  # before anything below touches them
-    vllm_patches.log_through_vllm()
-    vllm_patches.add_plugin_cli_flag()
-    if vllm_patches.plugin_requested_on_command_line() and "VLLM_PLUGINS" not in os.environ:
-        vllm_patches.allow_endpoint_plugin()
+    compat.log_through_vllm()
+    compat.add_plugin_cli_flag()
+    if compat.plugin_requested_on_command_line() and "VLLM_PLUGINS" not in os.environ:
+        compat.allow_endpoint_plugin()
     _register_configs()
     _register_models()
 

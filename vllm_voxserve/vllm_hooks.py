@@ -5,17 +5,17 @@ with the parameters the plugin passes or overrides; `check_hooks` verifies them 
 registration needs) and when vLLM builds the config of a speech model (the hooks serving needs on that platform), so a
 vLLM outside the range stops start-up with one message instead of failing inside a step. The checks ask whether vLLM
 offers a hook in the form the plugin uses, never which version it is; the patches that use the hooks are in
-`vllm_patches`.
+`compat`.
 
 Where the newest tested version (0.32) stands on other footing than 0.26:
 - Logging: vLLM configures its `vllm` logger from a `LoggingConfig` after plugins load, not on import, and builds
-  new handlers each time (`vllm_patches.log_through_vllm` forwards to whatever handlers it has when a line is logged).
+  new handlers each time (`compat.log_through_vllm` forwards to whatever handlers it has when a line is logged).
 - Scheduler: `Scheduler.__init__` reads more model facts (`uses_mrope`, `supports_multimodal_inputs`) and
   a pooling runner samples no token; the subclassing hooks (`schedule`, `update_from_output`, `add_request`) and
   `scheduler_cls` are unchanged.
 - CUDA graph capture (Model Runner V2): `graph_capture(device)` makes its own stream and takes no context, and FULL
   graphs are captured on the current stream, not torch's default capture stream:
-  `vllm_patches.capture_vllm_graphs_on` has no footing there, so `lanes.backbone_priority` other than "least" needs
+  `compat.capture_vllm_graphs_on` has no footing there, so `lanes.backbone_priority` other than "least" needs
   0.26's hooks.
 - Batch-invariant execution moved to `vllm.model_executor.determinism` (configs per op); the plugin does not use it
   on any version: a seeded request's codes come from its own counter noise (models/seeded_noise.py).
@@ -78,7 +78,7 @@ HOOKS: tuple[Hook, ...] = (
             # false while every request waits for text (scheduler/text_adapter.py): the engine core then waits
             ("vllm.v1.core.sched.scheduler:Scheduler.has_requests", ()),
             ("vllm.v1.core.sched.async_scheduler:AsyncScheduler", None),
-            ("vllm.v1.outputs:ModelRunnerOutput", None),  # carries the step report (vllm_patches.attach_step_report)
+            ("vllm.v1.outputs:ModelRunnerOutput", None),  # carries the step report (compat.attach_step_report)
             ("vllm.v1.engine.core:EngineCore.collective_rpc", ("method", "timeout", "args", "kwargs"))),
     *_hooks(SERVING, LEADING,
             ("vllm.v1.core.sched.scheduler:Scheduler.finish_requests", ("request_ids", "finished_status")),
@@ -117,7 +117,7 @@ HOOKS: tuple[Hook, ...] = (
             ("vllm.v1.worker.gpu.model_states.default:DefaultModelState.postprocess_state",
              ("idx_mapping", "num_sampled", "num_computed_tokens"))),
     *_hooks(GPU, LEADING, ("vllm.v1.worker.gpu_model_runner:GPUModelRunner.__init__", ("vllm_config", "device"))),
-    # vllm_patches.capture_vllm_graphs_on
+    # compat.capture_vllm_graphs_on
     *_hooks(CAPTURE_STREAM, LEADING,
             ("vllm.v1.worker.gpu.cudagraph_utils:graph_capture", ("device", "graph_capture_context")),
             ("vllm.distributed.parallel_state:graph_capture", ("device", "graph_capture_context")),

@@ -1,6 +1,6 @@
 """Data parallelism in the API server without a server: a rank's refusal is retried on another rank, a 503 comes
 only when every rank refused, each rank's open streams are counted until their audio ends; admin and stats calls
-reach every rank (`vllm_patches.collective_rpc_per_rank`)."""
+reach every rank (`compat.collective_rpc_per_rank`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from vllm_voxserve.entrypoints.engine_metrics import merge_rank_snapshots  # noq
 from vllm_voxserve.entrypoints.rank_choice import RankChoice  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import AudioCancels, Overloaded, SpeechService  # noqa: E402
 from vllm_voxserve.transport import AUDIO, END  # noqa: E402
-from vllm_voxserve.vllm_patches import collective_rpc_per_rank, data_parallel_ranks  # noqa: E402
+from vllm_voxserve.compat import collective_rpc_per_rank, data_parallel_ranks  # noqa: E402
 from tests.entrypoints.fake_audio_receiver import FakeReceiver  # noqa: E402
 
 

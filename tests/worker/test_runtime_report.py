@@ -132,7 +132,7 @@ def test_step_log_shows_the_models_codebook0_draw_once_a_step(program):
 def test_report_attached_to_a_model_runner_output_survives_pickling(program):
     from vllm.v1.outputs import ModelRunnerOutput
 
-    from vllm_voxserve.vllm_patches import STEP_REPORT_ATTR, attach_step_report, step_report_of
+    from vllm_voxserve.compat import STEP_REPORT_ATTR, attach_step_report, step_report_of
 
     runtime = runtime_with(program)
     runtime.pipeline.open("r", "key", "ipc://unused")

@@ -14,7 +14,7 @@ import os
 import time
 
 from vllm_voxserve.contract import STATS_RPC_METHOD
-from vllm_voxserve.vllm_patches import collective_rpc_per_rank
+from vllm_voxserve.compat import collective_rpc_per_rank
 
 logger = logging.getLogger(__name__)
 

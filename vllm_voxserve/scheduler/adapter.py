@@ -12,7 +12,7 @@ subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each s
 3. When more requests run than `max_decode_batch`, only the planner's decode set (least slack first) stays in
    `self.running` while vLLM schedules.
 4. After each step, request progress comes from the worker's `StepReport` (carried on the `ModelRunnerOutput`,
-   `vllm_patches.step_report_of`) when there is one, else it is derived from vLLM's own token counts.
+   `compat.step_report_of`) when there is one, else it is derived from vLLM's own token counts.
 5. Text streams (streaming text in) whose next step's text has not arrived are out of `running` and `waiting` while
    vLLM schedules, in every serving mode (`text_adapter.TextStreamsMixin`).
 
@@ -51,7 +51,7 @@ from vllm_voxserve.scheduler.serving_mode import handle_mode_call
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
 from vllm_voxserve.scheduler.text_adapter import TextStreamsMixin
 from vllm_voxserve.step_host_times import StepHostTimes
-from vllm_voxserve.vllm_patches import route_mode_rpc_through_scheduler, step_report_of
+from vllm_voxserve.compat import route_mode_rpc_through_scheduler, step_report_of
 
 
 class SpeechPolicyMixin(TextStreamsMixin):

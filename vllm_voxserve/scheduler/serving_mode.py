@@ -6,7 +6,7 @@ deadline-aware scheduling, on the same server); `vllm-stock` is vLLM's own sched
 baseline).
 
 The mode call of `GET /voxserve/modes` / `POST /voxserve/mode` passes the engine core on its way to the workers
-(`vllm_patches.route_mode_rpc_through_scheduler`). Here it is split: the codec mode goes on to the workers, the choice
+(`compat.route_mode_rpc_through_scheduler`). Here it is split: the codec mode goes on to the workers, the choice
 of policy stays with the scheduler, which runs vLLM's own code untouched while in stock mode. Replies keep the
 workers' shape (`{"status", "modes", "current", ...}`, one per worker). Pure Python.
 """

@@ -13,7 +13,7 @@ from vllm.v1.worker.gpu_worker import Worker
 
 from vllm_voxserve.config import backbone_stream_priority, process_config
 from vllm_voxserve.models.qwen3_tts.vllm_model import Qwen3TTSForVllm
-from vllm_voxserve.vllm_patches import attach_step_report, capture_vllm_graphs_on
+from vllm_voxserve.compat import attach_step_report, capture_vllm_graphs_on
 from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.worker.mrv2_state import SpeechModelState
 from vllm_voxserve.worker.rpc import SpeechRpcTargets
@@ -47,7 +47,7 @@ class VoxServeGPUWorker(SpeechRpcTargets, Worker):
 
     def _compile_or_warm_up(self):
         """With `voxserve.lanes.backbone_priority` above the least, vLLM captures its graphs on a stream of that
-        priority (`vllm_patches.capture_vllm_graphs_on`; a graph runs at its capture stream's priority)."""
+        priority (`compat.capture_vllm_graphs_on`; a graph runs at its capture stream's priority)."""
         stream = self.backbone_capture_stream
         if stream is None:
             return super().compile_or_warm_up_model()

@@ -3,7 +3,7 @@
 Hooks (vLLM 0.26.0 `v1/worker/gpu_model_runner.py`): `_update_states` (requests start and finish), `_preprocess`
 (runs after the batch is final, before the forward), `_model_forward` (the forward of a real step; dummy and
 profiling runs call the model directly and skip it), `sample_tokens` (its output carries the speech step report to
-the scheduler, `vllm_patches.attach_step_report`).
+the scheduler, `compat.attach_step_report`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
 from vllm_voxserve.config import process_config
 from vllm_voxserve.models.step_layout import StepLayout
-from vllm_voxserve.vllm_patches import attach_step_report
+from vllm_voxserve.compat import attach_step_report
 from vllm_voxserve.worker.runtime import SpeechRuntime
 
 

@@ -4,7 +4,7 @@ else does, and a step report rides on vLLM's step output."""
 import pytest
 import torch
 
-from vllm_voxserve import vllm_hooks, vllm_patches
+from vllm_voxserve import vllm_hooks, compat
 
 capture_stream_hooks = pytest.mark.skipif(bool(vllm_hooks.hook_problems([vllm_hooks.CAPTURE_STREAM])),
                                           reason="this vLLM has no footing for the capture-stream patch")
@@ -16,7 +16,7 @@ def test_capture_stream_patch_is_applied_inside_and_restored_after():
 
     before_capture, before_default = cudagraph_utils.graph_capture, torch.cuda.graph.default_capture_stream
     marker = object()  # stands in for a green-context stream (no CUDA here)
-    with vllm_patches.capture_vllm_graphs_on(marker):
+    with compat.capture_vllm_graphs_on(marker):
         assert cudagraph_utils.graph_capture is not before_capture
         assert torch.cuda.graph.default_capture_stream is marker
     assert cudagraph_utils.graph_capture is before_capture
@@ -31,7 +31,7 @@ def test_patched_graph_capture_passes_the_stream_to_vllm(monkeypatch):
     seen = []
     monkeypatch.setattr(parallel_state, "graph_capture", lambda device, context=None: seen.append(context))
     marker = object()
-    with vllm_patches.capture_vllm_graphs_on(marker):
+    with compat.capture_vllm_graphs_on(marker):
         cudagraph_utils.graph_capture("cuda:0")
     assert seen[0].stream is marker
 
@@ -43,8 +43,8 @@ def test_mode_rpc_goes_through_our_scheduler_and_nothing_else_does():
 
     from vllm_voxserve.scheduler.serving_mode import STOCK_MODE, handle_mode_call
 
-    vllm_patches.route_mode_rpc_through_scheduler("voxserve_codec_mode", handle_mode_call)
-    vllm_patches.route_mode_rpc_through_scheduler("voxserve_codec_mode", handle_mode_call)  # idempotent
+    compat.route_mode_rpc_through_scheduler("voxserve_codec_mode", handle_mode_call)
+    compat.route_mode_rpc_through_scheduler("voxserve_codec_mode", handle_mode_call)  # idempotent
     sent = []
 
     def executor_rpc(method, timeout, args, kwargs):
@@ -84,6 +84,6 @@ def test_a_step_report_rides_on_vllms_model_runner_output():
     from vllm_voxserve.contract import StepReport
 
     output = ModelRunnerOutput(req_ids=["r"], req_id_to_index={"r": 0})
-    assert vllm_patches.step_report_of(output) is None
-    vllm_patches.attach_step_report(output, lambda: StepReport(1.0, failed={"r": "boom"}))
-    assert vllm_patches.step_report_of(pickle.loads(pickle.dumps(output))) == StepReport(1.0, failed={"r": "boom"})
+    assert compat.step_report_of(output) is None
+    compat.attach_step_report(output, lambda: StepReport(1.0, failed={"r": "boom"}))
+    assert compat.step_report_of(pickle.loads(pickle.dumps(output))) == StepReport(1.0, failed={"r": "boom"})
