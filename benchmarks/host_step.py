@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import time
-import types
 
 import torch
 
+from benchmarks.codecless_runtime import SteadyStreams, codecless_runtime
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.models.qwen3_tts.step_buffers import DecodeRow, ServedRequest, StepBuffers
-from vllm_voxserve.worker.audio_pipeline import AudioPipeline
-from vllm_voxserve.worker.runtime import SpeechRuntime
+from vllm_voxserve.models.qwen3_tts.step_buffers import ServedRequest, StepBuffers
 from vllm_voxserve.models.step_layout import StepLayout
 
 
@@ -52,65 +50,10 @@ def time_fill(args) -> None:
     print(f"StepBuffers.fill, {args.rows} decode rows: {(time.perf_counter() - started) / args.repeats * 1e3:.3f} ms")
 
 
-class _NoCodec:
-    """A codec program that decodes nothing (zeros): the lanes' bookkeeping without codec work."""
-
-    frame_rate_hz, samples_per_frame, codes_per_frame = 12.5, 1920, 16
-
-    def make_state_pool(self, num_slots: int, device):
-        return types.SimpleNamespace(num_slots=num_slots, reset=lambda slots: None)
-
-    def decode(self, codes, slots, pool):
-        return torch.zeros(codes.shape[0], codes.shape[1] * self.samples_per_frame)
-
-
-class _NoSender:
-    def send_audio(self, *args) -> None:
-        pass
-
-    send_end = send_error = send_audio
-
-
-class _FrameSource:
-    """The served model's side of `after_forward`: each open request completes one frame per step."""
-
-    def __init__(self, runtime, rows: int, frames_per_request: int) -> None:
-        self.runtime, self.rows, self.length = runtime, rows, frames_per_request
-        self.requests: dict[str, types.SimpleNamespace] = {}
-        self.made: dict[str, int] = {}
-        self.opened = 0
-        self.codes = torch.zeros(rows, 16, dtype=torch.int64)
-
-    def refill(self) -> None:
-        while len(self.made) < self.rows:
-            req_id = f"r{self.opened}"
-            self.opened += 1
-            self.runtime.pipeline.open(req_id, f"key-{req_id}", "addr")
-            self.requests[req_id] = types.SimpleNamespace(req_id=req_id, failed=None)
-            self.made[req_id] = 0
-
-    def take_frames(self):
-        ids = list(self.made)
-        rows = [DecodeRow(i, r, self.made[r]) for i, r in enumerate(ids)]
-        for r in ids:
-            self.made[r] += 1
-        return self.codes[: len(ids)], rows
-
-    def finish_done(self) -> None:
-        for req_id in [r for r, n in self.made.items() if n >= self.length]:
-            del self.made[req_id]
-            del self.requests[req_id]
-            self.runtime.finish(req_id)
-
-
 def time_after_forward(args, frames_per_request: int = 100) -> None:
     config = VoxServeConfig.from_dict({"codec_mode": "lanes", "max_codec_slots": 4 * args.rows})
-    runtime = SpeechRuntime.__new__(SpeechRuntime)  # the per-step parts only: no checkpoint behind it
-    runtime.config, runtime.device, runtime._failed = config, torch.device("cpu"), {}
-    runtime.pipeline = AudioPipeline(_NoCodec(), config, _NoSender(), torch.device("cpu"))
-    runtime._init_report()
-    runtime.model = source = _FrameSource(runtime, args.rows, frames_per_request)
-    runtime.model.remove_request = lambda req_id: None
+    runtime = codecless_runtime(config)
+    runtime.model = source = SteadyStreams(runtime, args.rows, lambda: frames_per_request)
     spent = 0.0
     for i in range(args.repeats + 20):
         source.refill()

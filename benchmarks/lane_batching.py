@@ -20,15 +20,10 @@ import argparse
 import cProfile
 import pstats
 import random
-import types
 
-import torch
-
+from benchmarks.codecless_runtime import SteadyStreams, codecless_runtime
 from vllm_voxserve.codec_lanes import codec_lane
 from vllm_voxserve.config import VoxServeConfig
-from vllm_voxserve.models.qwen3_tts.step_buffers import DecodeRow
-from vllm_voxserve.worker.audio_pipeline import AudioPipeline
-from vllm_voxserve.worker.runtime import SpeechRuntime
 
 # The H200's codec lines (`costs.h200_seed`, run 2026-12-02_78cd88a): background on 64 SMs beside the backbone,
 # urgent on the whole GPU; written out so that the same script runs at commits before that seed existed.
@@ -90,69 +85,15 @@ class SimulatedLanes:
         codec_lane.CodecLane.launch = self.original
 
 
-class _NoCodec:
-    frame_rate_hz, samples_per_frame, codes_per_frame = 12.5, 1920, 16
-
-    def make_state_pool(self, num_slots: int, device):
-        return types.SimpleNamespace(num_slots=num_slots, reset=lambda slots: None)
-
-    def decode(self, codes, slots, pool):
-        return torch.zeros(codes.shape[0], codes.shape[1] * self.samples_per_frame)
-
-
-class _NoSender:
-    def send_audio(self, *args) -> None:
-        pass
-
-    send_end = send_error = send_audio
-
-
-class _Streams:
-    """`--streams` requests, each completing one frame a step; one that ends is finished and replaced."""
-
-    def __init__(self, runtime, streams: int, frames: int, rng: random.Random) -> None:
-        self.runtime, self.streams, self.frames, self.rng = runtime, streams, frames, rng
-        self.made: dict[str, int] = {}
-        self.length: dict[str, int] = {}
-        self.opened = 0
-        self.codes = torch.zeros(streams, 16, dtype=torch.int64)
-        self.requests: dict[str, types.SimpleNamespace] = {}
-
-    def refill(self) -> None:
-        while len(self.made) < self.streams:
-            req_id = f"r{self.opened}"
-            self.opened += 1
-            self.runtime.pipeline.open(req_id, f"key-{req_id}", "addr")
-            self.requests[req_id] = types.SimpleNamespace(req_id=req_id, failed=None)
-            self.made[req_id] = 0
-            self.length[req_id] = max(8, round(self.frames * self.rng.uniform(0.5, 1.5)))
-
-    def take_frames(self):
-        ids = list(self.made)
-        rows = [DecodeRow(i, r, self.made[r]) for i, r in enumerate(ids)]
-        for r in ids:
-            self.made[r] += 1
-        return self.codes[: len(ids)], rows
-
-    def finish_done(self) -> None:
-        for req_id in [r for r, n in self.made.items() if n >= self.length[r]]:
-            del self.made[req_id], self.length[req_id], self.requests[req_id]
-            self.runtime.finish(req_id)
-
-
 def run(streams: int, step_s: float, steps: int, frames: int, warmup: int, profile: cProfile.Profile | None,
         config_tree: dict | None = None) -> dict:
     clock = SimClock()
     sim = SimulatedLanes(clock)
     tree = {"codec_mode": "lanes", "max_codec_slots": 4 * streams, **(config_tree or {})}
     config = VoxServeConfig.from_tree(tree) if hasattr(VoxServeConfig, "from_tree") else VoxServeConfig.from_dict(tree)
-    runtime = SpeechRuntime.__new__(SpeechRuntime)  # the per-step parts only: no checkpoint behind it
-    runtime.config, runtime.device = config, torch.device("cpu")
-    runtime._failed = {} if hasattr(SpeechRuntime, "_fail_start") else set()  # a set before fault isolation
-    runtime.pipeline = AudioPipeline(_NoCodec(), config, _NoSender(), torch.device("cpu"), clock=clock)
-    runtime._init_report()
-    runtime.model = source = _Streams(runtime, streams, frames, random.Random(0))
-    runtime.model.remove_request = lambda req_id: None
+    runtime = codecless_runtime(config, clock=clock)
+    rng = random.Random(0)
+    runtime.model = source = SteadyStreams(runtime, streams, lambda: max(8, round(frames * rng.uniform(0.5, 1.5))))
     lanes = runtime.pipeline.lanes
     sim.install()
     try:

@@ -19,19 +19,14 @@ import os
 import pstats
 import random
 import time
-import types
-
-import torch
 
 os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the scheduler's rules for the V1 runner (what runs on CPU)
 
-from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
-from vllm_voxserve.scheduler.adapter import make_scheduler
+from benchmarks.cpu_scheduler import cpu_scheduler
 
 try:  # where the step report lives moved; the script runs on either layout
     from vllm_voxserve.contract import RequestProgress, StepReport
@@ -41,15 +36,6 @@ except ImportError:
     from vllm_voxserve.scheduler.report import RequestProgress, StepReport
 
 BLOCKS = 16000
-NO_GRAMMARS = types.SimpleNamespace(should_advance=lambda request: False, accept_tokens=lambda request, ids: True)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def additional_config(tree: dict) -> dict:
@@ -61,26 +47,7 @@ def additional_config(tree: dict) -> dict:
 
 
 def build(tree: dict, max_num_seqs: int):
-    scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=4096, max_model_len=4096,
-                                       is_encoder_decoder=False, enable_chunked_prefill=True, async_scheduling=False)
-    cache_config = CacheConfig(block_size=16, enable_prefix_caching=False)
-    vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
-                             additional_config=additional_config(tree))
-    model = types.SimpleNamespace(is_encoder_decoder=False, max_model_len=4096, is_diffusion=False,
-                                  enable_return_routed_experts=False, runner_type="generate", uses_mrope=False,
-                                  multimodal_config=None, supports_multimodal_inputs=False,
-                                  return_sampling_mask=False)
-    object.__setattr__(vllm_config, "model_config", model)
-    scheduler_config.async_scheduling = False
-    cache_config.num_gpu_blocks = BLOCKS
-    kv_cache_config = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1,
-                                                      dtype=torch.float32))])
-    no_mm = types.SimpleNamespace(supports_multimodal_inputs=lambda model_config: False)
-    scheduler = make_scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-                               structured_output_manager=NO_GRAMMARS, block_size=16, mm_registry=no_mm)
-    clock = FakeClock()
-    scheduler.clock = scheduler.wall_clock = clock
+    scheduler, clock = cpu_scheduler(additional_config(tree), max_num_seqs, BLOCKS)
     scheduler.host_times.report = lambda line: None
     return scheduler, clock
 

@@ -2,6 +2,17 @@ from benchmarks.step_log import format_table, parse_line
 from vllm_voxserve.step_host_times import StepHostTimes
 
 
+def engine_core_line(message: str, stamp: str = "12-01 01:10:00", where: str = "step_timing.py:105") -> str:
+    """`message` as the engine core process's logger prints it."""
+    return f"(EngineCore pid=1) INFO {stamp} [{where}] {message}"
+
+
+def scheduler_window(every: int) -> tuple[StepHostTimes, list[str]]:
+    """The scheduler's host-time window and the lines it logs."""
+    lines: list[str] = []
+    return StepHostTimes(every=every, report=lines.append, title="voxserve scheduler host time"), lines
+
+
 def test_a_logged_window_round_trips_into_a_row():
     lines, now = [], [0.0]
     timer = StepHostTimes(every=4, report=lines.append, clock=lambda: now[0])
@@ -20,7 +31,7 @@ def test_a_logged_window_round_trips_into_a_row():
         timer.add_gauge("lanes pump us", 900 if step == 3 else 100)
         timer.add_count("lanes pump host us", 900 if step == 3 else 100)
         timer.end_step()
-    row = parse_line(f"(EngineCore pid=1) INFO 11-30 17:04:10 [step_timing.py:72] {lines[0]}")
+    row = parse_line(engine_core_line(lines[0], "11-30 17:04:10", "step_timing.py:72"))
     assert row["time"] == "17:04:10" and row["steps"] == 4 and row["batch"] == 8.0
     assert row["decode device time"]["p50"] == 4.0 and row["prefill step device time"]["p50"] == 12.0
     assert row["prompt_tokens"] == 120 and row["prefill_share"] == 0.5
@@ -39,22 +50,20 @@ def test_a_logged_window_round_trips_into_a_row():
 
 
 def test_the_schedulers_window_gets_its_own_table():
-    lines = []
-    timer = StepHostTimes(every=2, report=lines.append, title="voxserve scheduler host time")
+    timer, lines = scheduler_window(every=2)
     for streams in (3, 5):
         timer.add("schedule", 0.0002)
         timer.add("update", 0.0003)
         timer.add_gauge("admitted streams", streams)
         timer.end_step()
-    row = parse_line(f"(EngineCore pid=1) INFO 12-01 01:10:00 [step_timing.py:105] {lines[0]}")
+    row = parse_line(engine_core_line(lines[0]))
     assert row["source"] == "scheduler" and row["total"]["p50"] == 0.5 and row["admitted streams"]["max"] == 5.0
     table = format_table([row]).splitlines()
     assert len(table) == 4 and table[-1].startswith("01:10:00      2  0.200/0.200  0.300/0.300  0.500/0.500")
 
 
 def test_the_schedulers_admission_estimates_and_decisions_are_parsed():
-    lines = []
-    timer = StepHostTimes(every=2, report=lines.append, title="voxserve scheduler host time")
+    timer, lines = scheduler_window(every=2)
     for codec in (14000, 13000):
         timer.add("schedule", 0.0002)
         timer.add_gauge("capacity backbone frames/s", 21000)
@@ -63,7 +72,7 @@ def test_the_schedulers_admission_estimates_and_decisions_are_parsed():
         timer.add_tally("admission accepted", 7)
         timer.add_tally("admission refused: codec frames", 2)
         timer.end_step()
-    row = parse_line(f"(EngineCore pid=1) INFO 12-01 01:10:00 [step_timing.py:105] {lines[0]}")
+    row = parse_line(engine_core_line(lines[0]))
     assert row["capacity codec frames/s"]["max"] == 14000 and row["demand % of codec"]["p50"] == 85
     assert row["admission"] == {"accepted": 14, "refused: codec frames": 4}
     last = format_table([row]).splitlines()[-1]
@@ -75,13 +84,12 @@ def test_every_admission_reason_the_scheduler_logs_is_tallied():
 
     reasons = (overload.ACCEPTED, overload.REFUSED_BACKBONE, overload.REFUSED_CODEC, overload.REFUSED_FIRST_AUDIO,
                overload.REFUSED_LIMIT, overload.SHED_WAITING)
-    lines = []
-    timer = StepHostTimes(every=1, report=lines.append, title="voxserve scheduler host time")
+    timer, lines = scheduler_window(every=1)
     timer.add("schedule", 0.0002)
     for n, reason in enumerate(reasons, start=1):
         timer.add_tally(f"admission {reason}", n)
     timer.end_step()
-    row = parse_line(f"(EngineCore pid=1) INFO 12-03 01:10:00 [step_timing.py:105] {lines[0]}")
+    row = parse_line(engine_core_line(lines[0], "12-03 01:10:00"))
     assert row["admission"] == {reason: n for n, reason in enumerate(reasons, start=1)}
 
 

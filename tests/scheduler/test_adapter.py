@@ -10,20 +10,19 @@ import types
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
-from vllm.config import CacheConfig, SchedulerConfig, VllmConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.engine import FinishReason  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
+from benchmarks.cpu_scheduler import FakeClock, cpu_scheduler  # noqa: E402
 from vllm_voxserve.config import as_additional_config  # noqa: E402
 from vllm_voxserve.contract import RequestProgress, StepReport, decode_failure, decode_rejection  # noqa: E402
 from vllm_voxserve.fault_injection import REFUSE_ENV  # noqa: E402
-from vllm_voxserve.scheduler.adapter import SpeechAsyncScheduler, SpeechScheduler, make_scheduler  # noqa: E402
+from vllm_voxserve.scheduler.adapter import SpeechAsyncScheduler, SpeechScheduler  # noqa: E402
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost  # noqa: E402
 from vllm_voxserve.scheduler.planner import Planner  # noqa: E402
 from vllm_voxserve.step_host_times import StepHostTimes  # noqa: E402
@@ -32,8 +31,6 @@ from vllm_voxserve.compat import STEP_REPORT_ATTR, attach_step_report  # noqa: E
 STEP_S = 0.015  # every fake step takes this long, and the cost model says so
 PREFILL_S = 0.08  # a prefill costs more than a running stream's slack (≈ 33 ms below)
 BLOCKS = 2000
-# Speech requests use no grammars (older vLLMs ask should_advance, newer ones accept_tokens).
-NO_GRAMMARS = types.SimpleNamespace(should_advance=lambda request: False, accept_tokens=lambda request, ids: True)
 
 
 @pytest.fixture(autouse=True)
@@ -42,43 +39,12 @@ def v1_runner_rules(monkeypatch):
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def build(policy: dict | None = None, async_scheduling: bool = False, max_num_seqs: int = 16, **voxserve):
     policy = {"overload_mode": "off", **(policy or {})}
-    scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=4096, max_model_len=4096,
-                                       is_encoder_decoder=False, enable_chunked_prefill=True,
-                                       async_scheduling=async_scheduling)
-    cache_config = CacheConfig(block_size=16, enable_prefix_caching=False)
-    vllm_config = VllmConfig(scheduler_config=scheduler_config, cache_config=cache_config,
-                             # the step tables below assume the paper's 10-frame first chunk; fields that are
-                             # not settings (admission_mode ...) go to the internal section
-                             additional_config=as_additional_config({"first_chunk_frames": 10, "scheduler": policy,
-                                                                     **voxserve}))
-    # The facts of a text-only generating model that the scheduler reads, on every vLLM of the tested range (newer
-    # ones read more of them).
-    model = types.SimpleNamespace(is_encoder_decoder=False, max_model_len=4096, is_diffusion=False,
-                                  enable_return_routed_experts=False, runner_type="generate", uses_mrope=False,
-                                  multimodal_config=None, supports_multimodal_inputs=False,
-                                  return_sampling_mask=False)
-    object.__setattr__(vllm_config, "model_config", model)
-    scheduler_config.async_scheduling = async_scheduling  # vLLM's CPU platform turned it off; GPUs keep it on
-    cache_config.num_gpu_blocks = BLOCKS
-    kv_cache_config = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1,
-                                                      dtype=torch.float32))])
-    no_mm = types.SimpleNamespace(supports_multimodal_inputs=lambda model_config: False)
-    scheduler = make_scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-                               structured_output_manager=NO_GRAMMARS, block_size=16, mm_registry=no_mm)
-    clock = FakeClock()
-    scheduler.clock = clock
-    scheduler.wall_clock = clock  # arrival times below are on the same fake clock
+    # the step tables below assume the paper's 10-frame first chunk; fields that are not settings
+    # (admission_mode ...) go to the internal section
+    additional_config = as_additional_config({"first_chunk_frames": 10, "scheduler": policy, **voxserve})
+    scheduler, clock = cpu_scheduler(additional_config, max_num_seqs, BLOCKS, async_scheduling)
     seed = CostSeed(decode=LinearCost(STEP_S, 0.0), prefill=LinearCost(PREFILL_S, 0.0),
                     urgent_codec=LinearCost(0.002, 0.0), background_codec=LinearCost(0.005, 0.0))
     scheduler.planner = Planner(scheduler.speech_policy, CostModel(seed))
