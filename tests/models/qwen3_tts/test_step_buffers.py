@@ -192,3 +192,23 @@ def test_a_text_streams_decode_rows_read_its_track_and_one_whose_token_is_missin
     rows = buffers.fill(StepLayout(("t", "a"), (1, 1), (5, 7)), requests)  # step 2: token 3 has not arrived
     assert "decode step 2 needs text token 3" in streamed.failed and not requests["a"].failed
     assert [r.req_id for r in rows] == ["a"]
+
+
+def test_a_slot_taken_by_a_new_request_gets_that_requests_constants():
+    """fill keeps each slot's request constants between steps: a new request in a finished one's slot (even with its
+    id) must bring its own seed, sampling and text pad, and a failed request's rows must not read them."""
+    buffers = StepBuffers(max_tokens=8, max_slots=2, hidden_size=H, dtype=torch.float32, device="cpu", vocab_size=V)
+    first = ServedRequest("a", 1, 2, torch.zeros(2, H), (), 7, True, 0.5, 10, 0.9, 3,
+                          talker_sampling=(0.7, 40, 0.8, 1.1))
+    buffers.fill(StepLayout(("a",), (1,), (3,)), {"a": first})
+    assert (buffers.seed[0].item(), buffers.cp_top_k[0].item(), buffers.text_ids[0].item()) == (3, 10, 7)
+    again = ServedRequest("a", 1, 2, torch.zeros(2, H), (), 9, False, 0.0, 5, 1.0, 4,
+                          talker_sampling=(0.0, 0, 1.0, 1.0))
+    buffers.fill(StepLayout(("a",), (1,), (3,)), {"a": again})
+    assert (buffers.seed[0].item(), buffers.cp_top_k[0].item(), buffers.text_ids[0].item()) == (4, 5, 9)
+    assert buffers.cp_temperature[0].item() == 0.0 and buffers.cp_top_p[0].item() == 1.0
+    assert buffers.sample_temperature[0].item() == 0.0 and not buffers.suppress_eos[0] and not buffers.any_sampled
+    assert torch.equal(buffers.sample_noise_base[:1], _base(torch.tensor([4]), torch.tensor([2])))
+    again.failed = "gone"
+    buffers.fill(StepLayout(("a",), (1,), (4,)), {"a": again})
+    assert buffers.sample_slot[0].item() == 2 and buffers.text_ids[0].item() == 0  # the scratch slot's placeholder

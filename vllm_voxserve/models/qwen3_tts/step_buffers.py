@@ -8,6 +8,7 @@ forward reads is a fixed buffer filled on the host before it, so the same forwar
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +28,12 @@ _INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_i
              "sample_slot", "sample_noise_base", "sample_step", "sample_top_k")
 _BOOL_ROWS = ("is_decode", "suppress_eos")
 _FLOAT_ROWS = ("cp_temperature", "cp_top_p", "sample_temperature", "sample_top_p", "sample_penalty")
-_ZERO_SEED_HALF = seed_half_on_host(0)  # a placeholder row's (greedy: its noise is never read)
 _TEMPERATURE_ROW, _TOP_P_ROW = _FLOAT_ROWS.index("sample_temperature"), _FLOAT_ROWS.index("sample_top_p")
+# A request's constants, one row per slot (its slot's request), so that a step gathers them for all its rows at once:
+# codebook 0's text pad, fixed length, seed's noise half, top-k; the code predictor's top-k and seed. And the floats:
+# codebook 0's temperature, top-p, repetition penalty; the code predictor's temperature and top-p.
+_PAD, _FIXED, _SEED_HALF, _TOP_K, _CP_TOP_K, _SEED = range(6)
+_TEMPERATURE, _TOP_P, _PENALTY, _CP_TEMPERATURE, _CP_TOP_P = range(5)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # fill's per-request hook (tests' fault injection): called with the request and its frame count before its rows
@@ -57,6 +62,9 @@ class _HostStaging:
             self.copied.synchronize()
 
 
+_SERIALS = itertools.count(1)  # 0: no request
+
+
 @dataclass(slots=True)
 class ServedRequest:
     """Host-side state of one request while vLLM runs it."""
@@ -82,9 +90,8 @@ class ServedRequest:
     frames: list = field(default_factory=list)
     prefill_done: bool = False
     resuming: bool = False
-    # what every decode row of it writes, gathered once (fill's per-row loop appends this one tuple)
-    decode_constants: tuple = ()
     noise_seed_half: int = 0  # its seed's half of codebook 0's counter noise (`seeded_noise.seed_half_on_host`)
+    serial: int = field(default=0, init=False)  # unique in this process: which request a slot's constants are of
     text_track: TextTrack | None = None  # text arriving while it runs: the decode steps' text ids come from here
 
     def __post_init__(self) -> None:
@@ -94,8 +101,8 @@ class ServedRequest:
             value = getattr(self, name)
             if not _INT64_MIN <= value <= _INT64_MAX:
                 raise ValueError(f"{name} {value} is outside the signed 64-bit range")
-        self.decode_constants = (self.cp_temperature, self.cp_top_p, self.cp_top_k, self.seed)
         self.noise_seed_half = seed_half_on_host(self.seed)
+        self.serial = next(_SERIALS)
 
     def decode_text_id(self, step: int) -> int:
         if self.text_track is not None:
@@ -153,10 +160,26 @@ class StepBuffers:
         # Outputs of the forward: the hidden state stash (one row per slot + scratch) and each row's frame codes.
         self.stash = torch.zeros(max_slots + 1, hidden_size, dtype=dtype, **kw)
         self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
+        # Per slot, the constants of the request that holds it (written when fill first sees it there; its serial
+        # says which request that was, without keeping a finished one alive); the scratch slot's row is a
+        # placeholder's (greedy, no text pad: its noise and rows are never kept).
+        self._slot_ints = np.zeros((max_slots + 1, 6), dtype=np.int64)
+        self._slot_floats = np.zeros((max_slots + 1, 5), dtype=np.float32)
+        self._slot_ints[max_slots, _SEED_HALF] = seed_half_on_host(0)
+        self._slot_floats[max_slots, [_TOP_P, _PENALTY, _CP_TOP_P]] = 1.0
+        self._slot_owner = [0] * (max_slots + 1)
         pinned = torch.device(device).type == "cuda"
         self._staging = [_HostStaging(max_tokens, self.max_decode_rows, pinned) for _ in range(2 if pinned else 1)]
         self.last_wait_s = self.last_copies_s = 0.0  # parts of the last fill's host time, for the step log
         self._fills = 0
+
+    def _hold_constants(self, req: ServedRequest) -> None:
+        """Write the constants of `req` into its slot's rows (the slot's previous request has finished)."""
+        temperature, top_k, top_p, penalty = req.talker_sampling
+        self._slot_ints[req.slot] = (req.tts_pad_id, req.fixed_length, req.noise_seed_half, top_k, req.cp_top_k,
+                                     req.seed)
+        self._slot_floats[req.slot] = (temperature, top_p, penalty, req.cp_temperature, req.cp_top_p)
+        self._slot_owner[req.slot] = req.serial
 
     def _fill_prompt_and_replay(self, row: int, req: ServedRequest, start: int, count: int,
                                 replay_embed) -> int | None:
@@ -205,16 +228,19 @@ class StepBuffers:
         text_ids, read_slot, write_slot, top_k, seed, frame_index, s_slot, s_base, s_step, s_top_k = ints
         is_decode, suppress = bools
         decode_rows: list[DecodeRow] = []
-        # Per request (one entry each) and per decode row, gathered in lists and written to the arrays at once.
-        slots, pads, fixed, stash_rows, stash_slots = [], [], [], [], []
-        samples = []  # per request: codebook 0's (slot, seed's noise half, draw, top_k, temperature, top_p, penalty)
-        d_rows, d_text, d_step, d_constants = [], [], [], []
+        # Per request: its slot (0 for rows that keep nothing), its constants' row (the scratch slot's for those) and
+        # codebook 0's draw; per decode row: its row, text id, step and slot. Written to the arrays at once.
+        slots, table_rows, draws, stash_rows, stash_slots = [], [], [], [], []
+        d_rows, d_text, d_step, d_slots = [], [], [], []
+        owners, scratch = self._slot_owner, self.scratch_slot
         row = 0
         for req_id, count, start in zip(layout.req_ids, layout.num_tokens, layout.start_positions, strict=True):
             req = requests.get(req_id)
             decode_at = text_id = None
             if req is not None and req.failed is None:
                 try:
+                    if owners[req.slot] != req.serial:
+                        self._hold_constants(req)  # a value that does not fit its row fails this request here
                     if row_check is not None:
                         row_check(req, len(req.frames))
                     if count == 1 and start - req.prompt_len >= len(req.frames) and start >= req.prompt_len:
@@ -227,50 +253,50 @@ class StepBuffers:
                     req.failed = f"step set-up failed: {type(exc).__name__}: {exc}"
             if req is None or req.failed is not None:
                 # a warm-up or dummy batch of vLLM's, or a failed request: rows compute nothing that is kept
-                slots.append(0), pads.append(0), fixed.append(False)
-                samples.append((self.scratch_slot, _ZERO_SEED_HALF, 0, 0, 0.0, 1.0, 1.0))
+                slots.append(0), table_rows.append(scratch), draws.append(0)
                 row += count
                 continue
-            slots.append(req.slot), pads.append(req.tts_pad_id), fixed.append(req.fixed_length)
-            temperature, k, p, penalty = req.talker_sampling
+            slot = req.slot
             # the draw is the number of tokens generated before this step's sample (negative for a partial prefill,
             # whose sample vLLM discards)
-            samples.append((req.slot, req.noise_seed_half, start + count - req.prompt_len, k, temperature, p, penalty))
+            slots.append(slot), table_rows.append(slot), draws.append(start + count - req.prompt_len)
             if decode_at is not None:
                 r, step = row + decode_at - start, decode_at - req.prompt_len
-                d_rows.append(r), d_text.append(text_id), d_step.append(step)
-                d_constants.append(req.decode_constants)
+                d_rows.append(r), d_text.append(text_id), d_step.append(step), d_slots.append(slot)
                 decode_rows.append(DecodeRow(r, req_id, step))
                 req.resuming = False
             # The last row's hidden state feeds the next frame; a resuming request keeps its stash until it decodes.
             if decode_at is not None or not req.resuming:
-                stash_rows.append(row + count - 1), stash_slots.append(req.slot)
+                stash_rows.append(row + count - 1), stash_slots.append(slot)
             row += count
+        m = len(slots)  # one codebook-0 sample (a request row of compute_logits) per request
         counts = np.asarray(layout.num_tokens, dtype=np.int64)
         read_slot[:n] = np.repeat(np.asarray(slots, dtype=np.int64), counts)
-        text_ids[:n] = np.repeat(np.asarray(pads, dtype=np.int64), counts)
-        suppress[: len(fixed)] = fixed
-        if samples:
-            s_values = list(zip(*samples))
-            for target, values in zip((s_slot, s_step, s_top_k), (s_values[0], s_values[2], s_values[3])):
-                target[: len(samples)] = values
-            s_base[: len(samples)] = noise_base_on_host(s_values[1], s_values[2])
-            for i, values in enumerate(s_values[4:]):
-                floats[2 + i, : len(samples)] = values
-            sampled = floats[_TEMPERATURE_ROW, : len(samples)] > 0
+        table = np.asarray(table_rows, dtype=np.int64)
+        held_ints, held_floats = self._slot_ints[table], self._slot_floats[table]
+        text_ids[:n] = np.repeat(held_ints[:, _PAD], counts)
+        suppress[:m] = held_ints[:, _FIXED] != 0
+        if m:
+            s_slot[:m], s_step[:m], s_top_k[:m] = table, draws, held_ints[:, _TOP_K]
+            s_base[:m] = noise_base_on_host(held_ints[:, _SEED_HALF], s_step[:m])
+            floats[2:, :m] = held_floats[:, _TEMPERATURE : _PENALTY + 1].T
+            sampled = floats[_TEMPERATURE_ROW, :m] > 0
             self.any_sampled = bool(sampled.any())
-            self.any_top_p = bool((sampled & (floats[_TOP_P_ROW, : len(samples)] < 1)).any())
+            self.any_top_p = bool((sampled & (floats[_TOP_P_ROW, :m] < 1)).any())
         else:
             self.any_sampled = self.any_top_p = False
-        write_slot[stash_rows] = stash_slots
+        write_slot[np.asarray(stash_rows, dtype=np.int64)] = stash_slots
         if d_rows:
-            text_ids[d_rows], is_decode[d_rows], frame_index[d_rows] = d_text, True, d_step
-            d_temp, d_top_p, d_top_k, d_seed = zip(*d_constants)
-            top_k[d_rows], seed[d_rows] = d_top_k, d_seed
-            floats[0, d_rows], floats[1, d_rows] = d_temp, d_top_p
+            at = np.asarray(d_rows, dtype=np.int64)  # indexes eight writes: the list converted once
+            text_ids[at], is_decode[at], frame_index[at] = d_text, True, d_step
+            decoding = np.asarray(d_slots, dtype=np.int64)
+            top_k[at], seed[at] = self._slot_ints[decoding, _CP_TOP_K], self._slot_ints[decoding, _SEED]
+            floats[0, at] = self._slot_floats[decoding, _CP_TEMPERATURE]
+            floats[1, at] = self._slot_floats[decoding, _CP_TOP_P]
         decode_index = staging.decode_index.numpy()
         decode_index[:] = d_rows[0] if d_rows else 0  # padding repeats the first decode row
-        decode_index[: len(d_rows)] = d_rows
+        if d_rows:
+            decode_index[: len(d_rows)] = at
         width = max(n, 1)
         copies_started = time.perf_counter()
         for group, names in ((staging.ints, _INT_ROWS), (staging.bools, _BOOL_ROWS), (staging.floats, _FLOAT_ROWS)):
