@@ -23,7 +23,7 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    from vllm_voxserve import vllm_hooks, compat
+    from vllm_voxserve import compat, vllm_hooks
 
     vllm_hooks.check_hooks([vllm_hooks.REGISTRATION])  # before anything below touches them
     compat.log_through_vllm()
