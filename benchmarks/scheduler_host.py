@@ -29,8 +29,8 @@ from vllm.v1.request import Request
 from benchmarks.cpu_scheduler import cpu_scheduler
 
 try:  # where the step report lives moved; the script runs on either layout
-    from vllm_voxserve.contract import RequestProgress, StepReport
     from vllm_voxserve.compat import attach_step_report
+    from vllm_voxserve.contract import RequestProgress, StepReport
 except ImportError:
     from vllm_voxserve.scheduler.adapter import attach_report as attach_step_report
     from vllm_voxserve.scheduler.report import RequestProgress, StepReport

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("vllm")
+from vllm_voxserve.compat import collective_rpc_per_rank, data_parallel_ranks  # noqa: E402
 from vllm_voxserve.contract import encode_rejection  # noqa: E402
 from vllm_voxserve.entrypoints.engine_metrics import merge_rank_snapshots  # noqa: E402
 from vllm_voxserve.entrypoints.rank_choice import RankChoice  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import AudioCancels, Overloaded, SpeechService  # noqa: E402
 from vllm_voxserve.transport import AUDIO, END  # noqa: E402
-from vllm_voxserve.compat import collective_rpc_per_rank, data_parallel_ranks  # noqa: E402
 from tests.entrypoints.fake_audio_receiver import FakeReceiver  # noqa: E402
 
 

@@ -19,6 +19,7 @@ from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 from benchmarks.cpu_scheduler import FakeClock, cpu_scheduler  # noqa: E402
+from vllm_voxserve.compat import STEP_REPORT_ATTR, attach_step_report  # noqa: E402
 from vllm_voxserve.config import as_additional_config  # noqa: E402
 from vllm_voxserve.contract import RequestProgress, StepReport, decode_failure, decode_rejection  # noqa: E402
 from vllm_voxserve.fault_injection import REFUSE_ENV  # noqa: E402
@@ -26,7 +27,6 @@ from vllm_voxserve.scheduler.adapter import SpeechAsyncScheduler, SpeechSchedule
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, LinearCost  # noqa: E402
 from vllm_voxserve.scheduler.planner import Planner  # noqa: E402
 from vllm_voxserve.step_host_times import StepHostTimes  # noqa: E402
-from vllm_voxserve.compat import STEP_REPORT_ATTR, attach_step_report  # noqa: E402
 
 STEP_S = 0.015  # every fake step takes this long, and the cost model says so
 PREFILL_S = 0.08  # a prefill costs more than a running stream's slack (≈ 33 ms below)

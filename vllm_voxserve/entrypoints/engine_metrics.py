@@ -13,8 +13,8 @@ import logging
 import os
 import time
 
-from vllm_voxserve.contract import STATS_RPC_METHOD
 from vllm_voxserve.compat import collective_rpc_per_rank
+from vllm_voxserve.contract import STATS_RPC_METHOD
 
 logger = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from vllm_voxserve.compat import collective_rpc_per_rank
 from vllm_voxserve.config import process_config
 from vllm_voxserve.contract import MODE_RPC_METHOD, SAMPLE_RATE
 from vllm_voxserve.models.qwen3_tts.model_files import resolve_model_dir
-from vllm_voxserve.compat import collective_rpc_per_rank
 
 from . import audio_format
 from .audio_encoding import MEDIA_TYPES, AudioEncoder, encode_off_loop, time_stretch

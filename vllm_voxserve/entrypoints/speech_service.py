@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vllm_voxserve.compat import data_parallel_ranks
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.contract import (
     CANCEL_RPC_METHOD,
@@ -40,7 +41,6 @@ from vllm_voxserve.models.qwen3_tts.tokenizer import (
     target_text_ids,
 )
 from vllm_voxserve.transport import AUDIO, END, ERROR, AudioReceiver, new_stream_key
-from vllm_voxserve.compat import data_parallel_ranks
 
 from .rank_choice import RankChoice
 from .reference_encoding import ReferenceEncoder

@@ -32,6 +32,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request, RequestStatus
 
+from vllm_voxserve.compat import route_mode_rpc_through_scheduler, step_report_of
 from vllm_voxserve.config import process_config
 from vllm_voxserve.contract import (
     JOB_KEY,
@@ -51,7 +52,6 @@ from vllm_voxserve.scheduler.serving_mode import handle_mode_call
 from vllm_voxserve.scheduler.streams import StreamState, WaitingRequest, schedule_of
 from vllm_voxserve.scheduler.text_adapter import TextStreamsMixin
 from vllm_voxserve.step_host_times import StepHostTimes
-from vllm_voxserve.compat import route_mode_rpc_through_scheduler, step_report_of
 
 
 class SpeechPolicyMixin(TextStreamsMixin):

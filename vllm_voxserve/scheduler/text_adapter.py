@@ -15,9 +15,9 @@ import time
 
 from vllm.v1.request import Request, RequestStatus
 
+from vllm_voxserve.compat import route_rpc_through_scheduler
 from vllm_voxserve.contract import JOB_KEY, TEXT_CLOSED, TEXT_ENDED, TEXT_RPC_METHOD, TEXT_STATES
 from vllm_voxserve.scheduler.text_arrivals import TextArrivals
-from vllm_voxserve.compat import route_rpc_through_scheduler
 
 # A step with nothing to run while text streams wait for text, where the engine core cannot wait on its input
 # instead (`has_requests`): the engine loop would spin (vLLM steps while it holds requests), so the scheduler pauses

@@ -11,9 +11,9 @@ import torch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker
 
+from vllm_voxserve.compat import attach_step_report, capture_vllm_graphs_on
 from vllm_voxserve.config import backbone_stream_priority, process_config
 from vllm_voxserve.models.qwen3_tts.vllm_model import Qwen3TTSForVllm
-from vllm_voxserve.compat import attach_step_report, capture_vllm_graphs_on
 from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.worker.mrv2_state import SpeechModelState
 from vllm_voxserve.worker.rpc import SpeechRpcTargets

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
+from vllm_voxserve.compat import attach_step_report
 from vllm_voxserve.config import process_config
 from vllm_voxserve.models.step_layout import StepLayout
-from vllm_voxserve.compat import attach_step_report
 from vllm_voxserve.worker.runtime import SpeechRuntime
 
 
