@@ -28,7 +28,7 @@ class SchedulerPolicyConfig:
     urgent_margin_s: float = 0.1  # a chunk this close to its deadline goes to the urgent lane
     background_min_batch: int = 8  # smallest background batch launched without urgency
     background_max_batch: int = 64  # largest background executable (codec graphs at powers of two)
-    urgent_max_batch: int = 8  # largest urgent executable
+    urgent_max_batch: int = 32  # largest urgent executable
     early_launch_slack_s: float = 0.1  # launch a small background batch once the earliest chunk has less slack
     # LM lane
 
