@@ -10,7 +10,8 @@
 #     sweep    start the open-loop sweep in the background: LibriTTS at 5.2 frames a word, seeds 0,1,2 of WINDOW_S
 #              (30) seconds per rate, rates from START_RATE in steps of RATE_STEP (8) req/s until BEYOND (2) rates
 #              past the first whose attainment is below FAILURE (0.99); SWEEP_ARGS adds options (--max-words 12)
-#     overload start a sweep at the explicit RATES (one seed) in the background: goodput past capacity
+#     overload start a sweep at the explicit RATES (one seed) in the background: goodput past capacity; run it after
+#              the sweep, as the in-progress limit it lowers takes seconds to grow back (2026-12-04_904736d)
 #     wait     wait for the background sweep until CALL_S (560) seconds after this script started, then copy its
 #              record, its log and the step log
 #     profile  py-spy the engine core's and the API server's Python stacks for PROFILE_S (10) seconds in the middle of
