@@ -105,10 +105,10 @@ class LaneExecutables:
     WHERE: ClassVar[str] = "voxserve.lanes"
 
     frame_counts: tuple[int, ...] = ()  # chunk lengths with executables; () means the configured chunk sizes
-    # Batch sizes of the urgent lane's executables. It takes one batch per engine step, so a burst of first chunks
-    # larger than the largest waited a step for each further batch: 32 requests arriving at once on the H200 got
-    # first audio in four groups about a step apart (p50 TTFA 210 ms against 72 ms at 16, 2026-12-04_f021b3d).
-    urgent_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    # The urgent lane takes one batch per engine step, so a burst of first chunks larger than its largest batch
+    # waited a step for each further batch: 32 requests arriving at once on the H200 got first audio in four groups
+    # about a step apart (p50 TTFA 210 ms against 72 ms at 16, 2026-12-04_f021b3d).
+    urgent_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # batch sizes of the urgent lane's executables
     # Near capacity on the H200 the background lane ran busy with batches of 56-64.
     background_max_batch: int = 64  # largest background codec batch (graphs at powers of two)
     # 2 queues the next batch behind the running one, so the codec partition does not idle until the next engine
