@@ -85,6 +85,17 @@ def test_dry_streams_cut_the_limit():
     assert g.limit.misses == 1 and g.limit.limit == 0.9 * 100
 
 
+
+def test_audio_a_few_ms_overdue_is_not_dry_yet():
+    g = guard()
+    admitted, _ = arrivals(g, 0.0, 200, 0.5)
+    hear(admitted, 0.1, play_s=0.42)  # on time; the audio handed out runs out at 0.52-1.015 s
+    g.admit(0.56)  # the window closes: the first 8 streams are 5-40 ms dry, within the grace
+    assert g.limit.misses == 0
+    g.admit(0.62)  # now the first 10 are more than 50 ms dry
+    g.admit(1.07)  # the next window closes
+    assert g.limit.misses == 1
+
 def test_streams_still_playing_and_first_audio_within_a_requests_own_target_are_no_miss():
     g = guard()
     admitted, _ = arrivals(g, 0.0, 200, 0.5)

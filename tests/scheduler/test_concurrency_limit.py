@@ -85,6 +85,19 @@ def test_dry_playback_cuts_the_limit():
     assert lim.limit.misses == 1 and lim.limit.limit == 90
 
 
+
+def test_a_chunk_a_few_ms_overdue_is_not_dry_yet():
+    # the next chunk of each of 3 streams was due at 1.0; the engine learns of deliveries a step report late
+    lim = limit()
+    lim.observe(0.0, [], in_progress=100)
+    overdue = [stream(f"d{i}", arrival=0.0, frames=20, delivered=1, first_audio=0.2, expected=100) for i in range(3)]
+    on_time = started(97, 0.5, 0.1, frames=20, delivered=1)
+    lim.observe(1.04, on_time + overdue, in_progress=100)  # 40 ms overdue: the window closes clean
+    assert lim.limit.misses == 0
+    lim.observe(1.06, on_time + overdue, in_progress=100)  # 60 ms overdue: dry
+    lim.observe(1.6, [], in_progress=100)
+    assert lim.limit.misses == 1
+
 def test_finished_streams_are_not_dry():
     lim = limit()
     lim.observe(0.0, [], in_progress=10)

@@ -9,7 +9,7 @@ constants) over its own requests in progress, fed with what it delivers itself:
 - a request's first audio, from the route's entry to the first audio bytes it hands to the response (a whole-file
   response: its first audio received), judged against the request's own target where it set one;
 - its playback as the API server passes audio on: a stream is dry when the audio handed out so far has played
-  (`PlaybackClock`: from its first audio, pushed back by each stall) and the next is not there.
+  (`PlaybackClock`: from its first audio, pushed back by each stall) and the next is not there `dry_grace_s` later.
 
 A route calls `admit(now)` at its entry, before reading the request: an `EdgeRefusal` (answer 503 with Retry-After;
 the engine never hears of the request) or an `AdmissionTicket` that the route tells of the first audio
@@ -101,7 +101,7 @@ class EdgeGuard:
         for ticket in self.tickets:
             if ticket.audio_until is not None and limit.counts(ticket.arrival_time):
                 playing += 1
-                dry += now > ticket.audio_until
+                dry += now > ticket.audio_until + limit.settings.dry_grace_s
         limit.observe(now, len(self.tickets), playing, dry)
 
     def _first_audio(self, ticket: AdmissionTicket, now: float) -> None:
