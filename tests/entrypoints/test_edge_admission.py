@@ -85,7 +85,6 @@ def test_dry_streams_cut_the_limit():
     assert g.limit.misses == 1 and g.limit.limit == 0.9 * 100
 
 
-
 def test_audio_a_few_ms_overdue_is_not_dry_yet():
     g = guard()
     admitted, _ = arrivals(g, 0.0, 200, 0.5)
@@ -95,6 +94,7 @@ def test_audio_a_few_ms_overdue_is_not_dry_yet():
     g.admit(0.62)  # now the first 10 are more than 50 ms dry
     g.admit(1.07)  # the next window closes
     assert g.limit.misses == 1
+
 
 def test_streams_still_playing_and_first_audio_within_a_requests_own_target_are_no_miss():
     g = guard()

@@ -85,7 +85,6 @@ def test_dry_playback_cuts_the_limit():
     assert lim.limit.misses == 1 and lim.limit.limit == 90
 
 
-
 def test_a_chunk_a_few_ms_overdue_is_not_dry_yet():
     # the next chunk of each of 3 streams was due at 1.0; the engine learns of deliveries a step report late
     lim = limit()
@@ -97,6 +96,7 @@ def test_a_chunk_a_few_ms_overdue_is_not_dry_yet():
     lim.observe(1.06, on_time + overdue, in_progress=100)  # 60 ms overdue: dry
     lim.observe(1.6, [], in_progress=100)
     assert lim.limit.misses == 1
+
 
 def test_finished_streams_are_not_dry():
     lim = limit()

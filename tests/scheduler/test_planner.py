@@ -28,13 +28,13 @@ def test_first_chunk_never_joins_a_background_batch():
     assert ("new", 0) not in ids(plan.background) and len(plan.background) == 12  # ... not behind background work
 
 
-
 def test_a_burst_of_first_chunks_takes_one_urgent_batch_with_the_served_defaults():
     # the urgent lane takes one batch per engine step: a burst split into batches waits a step for each further one
     planner = Planner(VoxServeConfig().scheduler_policy())
     streams = [stream(f"new{i}", arrival=1.0, frames=5) for i in range(32)]
     plan = planner.plan_step(1.05, streams, [], lanes(background_busy=True))
     assert len(plan.urgent) == 32
+
 
 # Step table on a simulated clock: three requests whose chunk 1 is ready early; fewer than B = 8, so the background
 # lane waits; each chunk turns urgent when its deadline (first_audio + 0.8 s) is less than δu = 100 ms away.
