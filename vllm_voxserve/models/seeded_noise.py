@@ -2,10 +2,10 @@
 in any batch. Sampling with it makes a request's output independent of which other requests share its batch, and
 it needs no RNG state, so it runs inside CUDA graphs. Integer hashing (a murmur3-style finaliser) on int64 tensors.
 
-The number is `unit(base(seed, step), part(draw, index))`. A caller that launches these ops eagerly at every step
-(codebook 0's draw, outside any graph) may take `base` from the host (`noise_base_on_host` after `seed_half_on_host`,
-the same bits from numpy) and keep `part` for its fixed draw and indices (`noise_part`): of the ~60 small kernels of
-`uniform_noise_at`, about 15 remain per step.
+The number is `unit(base(seed, step), part(draw, index))`. A caller may take `base` from the host
+(`noise_base_on_host` after `seed_half_on_host`, the same bits from numpy) and keep `part` for its fixed draw and
+indices (`noise_part`): of the ~60 small kernels of `uniform_noise_at`, about 15 remain per step (codebook 0's draw
+does so; it also runs eagerly, in steps too large for a CUDA graph).
 """
 
 from __future__ import annotations

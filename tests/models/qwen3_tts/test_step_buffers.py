@@ -167,6 +167,7 @@ def test_fill_writes_codebook0_sampling_per_request_row():
     # a prefills all 3 prompt rows; b decodes at position 2 + 4 (it has generated 5 tokens)
     buffers.fill(StepLayout(["a", "b"], [3, 1], [0, 6]), {"a": a, "b": b})
     assert buffers.sample_slot[:2].tolist() == [2, 1]
+    assert buffers.sample_row[:2].tolist() == [2, 3] and buffers.sample_rows == 2  # each request's last row
     # the (seed, draw) half of each row's counter noise, hashed on the host as the device would
     seeds, steps = torch.tensor([-(2**63), 2**63 - 1]), torch.tensor([0, 5])
     assert torch.equal(buffers.sample_noise_base[:2], _base(seeds, steps))
@@ -175,7 +176,6 @@ def test_fill_writes_codebook0_sampling_per_request_row():
     assert buffers.sample_temperature[:2].tolist() == pytest.approx([0.7, 0.0])
     assert buffers.sample_top_p[:2].tolist() == pytest.approx([0.8, 1.0])
     assert buffers.sample_penalty[:2].tolist() == pytest.approx([1.1, 1.0])
-    assert buffers.any_sampled and buffers.any_top_p  # a samples with top_p 0.8
 
 
 def test_a_text_streams_decode_rows_read_its_track_and_one_whose_token_is_missing_fails_alone():
@@ -207,7 +207,7 @@ def test_a_slot_taken_by_a_new_request_gets_that_requests_constants():
     buffers.fill(StepLayout(("a",), (1,), (3,)), {"a": again})
     assert (buffers.seed[0].item(), buffers.cp_top_k[0].item(), buffers.text_ids[0].item()) == (4, 5, 9)
     assert buffers.cp_temperature[0].item() == 0.0 and buffers.cp_top_p[0].item() == 1.0
-    assert buffers.sample_temperature[0].item() == 0.0 and not buffers.suppress_eos[0] and not buffers.any_sampled
+    assert buffers.sample_temperature[0].item() == 0.0 and not buffers.suppress_eos[0]
     assert torch.equal(buffers.sample_noise_base[:1], _base(torch.tensor([4]), torch.tensor([2])))
     again.failed = "gone"
     buffers.fill(StepLayout(("a",), (1,), (4,)), {"a": again})

@@ -52,18 +52,14 @@ def apply_talker_rules(logits: torch.Tensor, rules: TalkerGenerationRules, num_g
     return out.masked_fill(too_early & is_eos, float("-inf")).masked_fill(suppressed, float("-inf"))
 
 
-def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-         top_p_active: bool = True) -> torch.Tensor:
-    """HF Temperature -> TopK (k <= 0: off; keeps ties with the k-th) -> TopP (p >= 1: off; keeps >= 1 token).
-    `top_p_active` False: the caller knows every row's top_p is >= 1, so top-p removes nothing and is skipped."""
+def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """HF Temperature -> TopK (k <= 0: off; keeps ties with the k-th) -> TopP (p >= 1: off; keeps >= 1 token)."""
     vocab = logits.shape[-1]
     temp = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).to(logits.dtype)
     out = logits / temp[:, None]
     k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)).clamp(max=vocab)
     kth = out.sort(dim=-1, descending=True).values.gather(1, (k - 1)[:, None].long())
     out = out.masked_fill(out < kth, float("-inf"))
-    if not top_p_active:
-        return out
     sorted_logits, sorted_idx = out.sort(dim=-1, descending=False)
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
     remove_sorted = cum <= (1 - top_p.to(cum.dtype))[:, None]
@@ -75,9 +71,8 @@ def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, t
 
 def sample(logits: torch.Tensor, temperature: torch.Tensor | None = None, top_k: torch.Tensor | None = None,
            top_p: torch.Tensor | None = None, generator: torch.Generator | None = None,
-           uniform: torch.Tensor | None = None, top_p_active: bool = True) -> torch.Tensor:
+           uniform: torch.Tensor | None = None) -> torch.Tensor:
     """logits [B,V] (already processed) -> ids [B]. temperature None: all greedy; rows with temperature <= 0 greedy.
-    `top_p_active` False: no sampled row cuts by top-p (`warp`).
 
     Sampled rows draw with `torch.multinomial` as HF does, so a seeded CPU run consumes the RNG identically."""
     greedy = logits.argmax(dim=-1)
@@ -88,7 +83,7 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor | None = None, top_k:
         top_k = torch.zeros(b, dtype=torch.long, device=logits.device)
     if top_p is None:
         top_p = torch.ones(b, dtype=logits.dtype, device=logits.device)
-    probs = warp(logits.float(), temperature, top_k, top_p, top_p_active).softmax(dim=-1)
+    probs = warp(logits.float(), temperature, top_k, top_p).softmax(dim=-1)
     if uniform is None:
         drawn = torch.multinomial(probs, 1, generator=generator).squeeze(1)
     else:  # exponential race: argmax p_i / E_i with E_i = -log U_i picks i with probability p_i

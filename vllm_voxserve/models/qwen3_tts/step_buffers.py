@@ -25,10 +25,9 @@ from .text_track import TextTrack
 
 # Host staging rows of the integer, boolean and float buffers (one array of each, one row per buffer, by its name).
 _INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_index",
-             "sample_slot", "sample_noise_base", "sample_step", "sample_top_k")
+             "sample_row", "sample_slot", "sample_noise_base", "sample_step", "sample_top_k")
 _BOOL_ROWS = ("is_decode", "suppress_eos")
 _FLOAT_ROWS = ("cp_temperature", "cp_top_p", "sample_temperature", "sample_top_p", "sample_penalty")
-_TEMPERATURE_ROW, _TOP_P_ROW = _FLOAT_ROWS.index("sample_temperature"), _FLOAT_ROWS.index("sample_top_p")
 # A request's constants, one row per slot (its slot's request), so that a step gathers them for all its rows at once:
 # codebook 0's text pad, fixed length, seed's noise half, top-k; the code predictor's top-k and seed. And the floats:
 # codebook 0's temperature, top-p, repetition penalty; the code predictor's temperature and top-p.
@@ -143,9 +142,11 @@ class StepBuffers:
         self.seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.frame_index = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.suppress_eos = torch.zeros(max_tokens, dtype=torch.bool, **kw)  # per request row of compute_logits
-        # Codebook 0's sampling, per request row of compute_logits: the request's slot, the (seed, draw) half of its
-        # counter noise (`seeded_noise.noise_base_on_host`; the draw is the number of tokens it has generated), that
-        # draw, its settings; and per slot the codebook-0 ids it generated (its repetition penalty).
+        # Codebook 0's sampling, per request row of compute_logits (a sample row): the request's last row of the step
+        # (the row vLLM samples), its slot, the (seed, draw) half of its counter noise (`seeded_noise.
+        # noise_base_on_host`; the draw is the number of tokens it has generated), that draw, its settings; and per
+        # slot the codebook-0 ids it generated (its repetition penalty).
+        self.sample_row = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_noise_base = torch.zeros(max_tokens, dtype=torch.long, **kw)
         self.sample_step = torch.zeros(max_tokens, dtype=torch.long, **kw)
@@ -154,9 +155,10 @@ class StepBuffers:
         self.sample_top_p = torch.ones(max_tokens, dtype=torch.float32, **kw)
         self.sample_penalty = torch.ones(max_tokens, dtype=torch.float32, **kw)
         self.seen = torch.zeros(max_slots + 1, vocab_size, dtype=torch.bool, **kw)
-        # Known on the host at fill, so compute_logits launches only the ops the step's rows need: whether any
-        # request row samples (temperature > 0), and whether any of those cuts by top-p (top_p < 1).
-        self.any_sampled, self.any_top_p = True, True
+        # The forward's draw for compute_logits: per sample row, 0 at the drawn id and -inf elsewhere; and how many
+        # sample rows the last fill wrote (one per request of the step).
+        self.codebook0_logits = torch.zeros(self.max_decode_rows, vocab_size, dtype=torch.float32, **kw)
+        self.sample_rows = 0
         # Outputs of the forward: the hidden state stash (one row per slot + scratch) and each row's frame codes.
         self.stash = torch.zeros(max_slots + 1, hidden_size, dtype=dtype, **kw)
         self.frame_codes = torch.zeros(max_tokens, 16, dtype=torch.long, **kw)
@@ -225,7 +227,7 @@ class StepBuffers:
         ints[_INT_ROWS.index("write_slot"), : n + 1] = self.scratch_slot
         bools[:, : n + 1] = False
         floats[0, : n + 1], floats[1, : n + 1] = 0.0, 1.0
-        text_ids, read_slot, write_slot, top_k, seed, frame_index, s_slot, s_base, s_step, s_top_k = ints
+        text_ids, read_slot, write_slot, top_k, seed, frame_index, s_row, s_slot, s_base, s_step, s_top_k = ints
         is_decode, suppress = bools
         decode_rows: list[DecodeRow] = []
         # Per request: its slot (0 for rows that keep nothing), its constants' row (the scratch slot's for those) and
@@ -277,14 +279,11 @@ class StepBuffers:
         text_ids[:n] = np.repeat(held_ints[:, _PAD], counts)
         suppress[:m] = held_ints[:, _FIXED] != 0
         if m:
+            s_row[:m] = np.cumsum(counts) - 1
             s_slot[:m], s_step[:m], s_top_k[:m] = table, draws, held_ints[:, _TOP_K]
             s_base[:m] = noise_base_on_host(held_ints[:, _SEED_HALF], s_step[:m])
             floats[2:, :m] = held_floats[:, _TEMPERATURE : _PENALTY + 1].T
-            sampled = floats[_TEMPERATURE_ROW, :m] > 0
-            self.any_sampled = bool(sampled.any())
-            self.any_top_p = bool((sampled & (floats[_TOP_P_ROW, :m] < 1)).any())
-        else:
-            self.any_sampled = self.any_top_p = False
+        self.sample_rows = m
         write_slot[np.asarray(stash_rows, dtype=np.int64)] = stash_slots
         if d_rows:
             at = np.asarray(d_rows, dtype=np.int64)  # indexes eight writes: the list converted once

@@ -22,16 +22,15 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.qwen3 import Qwen3DecoderLayer
 
 from vllm_voxserve.config import process_config
-from vllm_voxserve.models.seeded_noise import noise_part, unit
 from vllm_voxserve.models.step_layout import StepLayout
 
 from .code_predictor import CodePredictor
+from .codebook0 import Codebook0Draw
 from .fused_code_predictor import FusedCodePredictor
 from .configuration import Qwen3TTSConfig
 from .job import SpeechJob
 from .model_files import resolve_model_dir
 from .prompt import PromptTables, TalkerGenerationRules, build_plan
-from .sampling import apply_talker_rules, sample
 from .served_code_predictor import ServedCodePredictor
 from .step_buffers import DecodeRow, RowCheck, ServedRequest, StepBuffers
 from .talker import TextProjection, embed_plan
@@ -40,10 +39,6 @@ from .text_track import TextTrack
 # official name piece -> (vLLM fused parameter, shard id)
 _STACKED = (("q_proj", "qkv_proj", "q"), ("k_proj", "qkv_proj", "k"), ("v_proj", "qkv_proj", "v"),
             ("gate_proj", "gate_up_proj", 0), ("up_proj", "gate_up_proj", 1))
-
-
-# The draw of codebook 0 in a frame's counter noise: the code predictor's codebooks 1..15 take draws 0..14.
-CODEBOOK0_DRAW = 15
 
 
 @support_torch_compile(dynamic_arg_dims={"positions": -1, "inputs_embeds": 0})
@@ -95,7 +90,7 @@ class Qwen3TTSForVllm(nn.Module):
         rules = TalkerGenerationRules.from_tables(self.tables)
         self.eos_id = rules.eos_id
         self.rules = rules
-        self.last_draw_s: float | None = None  # host seconds of the last codebook-0 draw (`compute_logits`)
+        self.last_draw_s: float | None = None  # host seconds of the last `compute_logits` of a step
         # an id the talker never emits: decode rows' marks of generated ids go there for padding rows
         self.inert_id = min(rules.suppressed_ids)
         suppressed = torch.zeros(config.talker_config.vocab_size, dtype=torch.bool)
@@ -108,6 +103,8 @@ class Qwen3TTSForVllm(nn.Module):
         self._free_slots: list[int] = []
         self._decode_rows: list[DecodeRow] = []
         self.served_cp: ServedCodePredictor | None = None  # made at the first forward
+        self.codebook0: Codebook0Draw | None = None  # made with the step buffers, on the model's device
+        self._step_sample_rows: int | None = None  # sample rows of the filled step whose logits are not yet read
 
     # ---- request lifecycle (called by the runner adapters) -------------------------------------------------
     def _step_buffers(self) -> StepBuffers:
@@ -117,6 +114,7 @@ class Qwen3TTSForVllm(nn.Module):
             self.buffers = StepBuffers(max(max_tokens, max_seqs), max_seqs, weight.shape[1], weight.dtype,
                                        weight.device, vocab_size=weight.shape[0])
             self._free_slots = list(range(max_seqs - 1, -1, -1))
+            self.codebook0 = Codebook0Draw(self.rules, self.suppressed)
         return self.buffers
 
     @torch.inference_mode()
@@ -166,7 +164,10 @@ class Qwen3TTSForVllm(nn.Module):
 
     def prepare_step(self, layout: StepLayout, row_check: RowCheck | None = None) -> None:
         self._decode_rows = []  # nothing of a step whose set-up failed may reach take_frames
-        self._decode_rows = self._step_buffers().fill(layout, self.requests, self._replay_embed, row_check)
+        self._step_sample_rows = None
+        buffers = self._step_buffers()
+        self._decode_rows = buffers.fill(layout, self.requests, self._replay_embed, row_check)
+        self._step_sample_rows = buffers.sample_rows
 
     @torch.inference_mode()
     def _replay_embed(self, req: ServedRequest, k: int) -> torch.Tensor:
@@ -232,6 +233,14 @@ class Qwen3TTSForVllm(nn.Module):
         embeds = torch.where(buf.is_decode[:n, None], decode_embeds, buf.prefill_embeds[:n])
         hidden = talker.model(positions, embeds)
         buf.stash.index_copy_(0, buf.write_slot[:n], hidden)
+        # Codebook 0 of the rows vLLM samples next (`codebook0`): in a graph for n tokens, every row a step of n
+        # tokens can sample (at most one per request); run eagerly, the filled step's.
+        sample_rows = self._step_sample_rows
+        if sample_rows is None or (hidden.is_cuda and torch.cuda.is_current_stream_capturing()):
+            sample_rows = min(n, buf.max_decode_rows)
+        at = buf.sample_row[:sample_rows].clamp(max=n - 1)  # dummy runs may find stale indices
+        drawn = self.codebook0(talker.codec_head(hidden.index_select(0, at)).float(), buf)
+        buf.codebook0_logits[:sample_rows].fill_(float("-inf")).scatter_(1, drawn[:, None], 0.0)
         return hidden
 
     def _code_predictor(self) -> ServedCodePredictor:
@@ -244,42 +253,20 @@ class Qwen3TTSForVllm(nn.Module):
         return self.served_cp
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """Codebook 0 is drawn here, with the official talker rules and the request's counter noise (seed, tokens
-        generated so far), so a request's codes do not depend on its batch; vLLM gets the drawn id as the only
-        finite logit, which any of its samplers keeps.
-
-        Model Runner V2 calls this eagerly on the engine's one thread at every step, so each op is a kernel launch's
-        host time there: the noise's (seed, draw) half comes from the host (`StepBuffers.fill`), its (draw, index)
-        half is kept, and the fill's flags leave out top-p, or the whole draw, when no row of the step needs it.
-        `last_draw_s`: this call's host seconds (the worker's step log shows them as `codebook0 draw us`)."""
+        """The forward drew codebook 0 of the step's sample rows (`codebook0`): vLLM gets each drawn id as the
+        only finite logit, which any of its samplers keeps. vLLM's dummy runs, which fill no step, get the codec
+        head's logits with the suppressed ids masked. `last_draw_s`: this call's host seconds (the worker's step
+        log shows them as `codebook0 draw us`)."""
         started = time.perf_counter()
-        logits = self.talker.codec_head(hidden_states).float()
-        rows = hidden_states.shape[0]
-        buf = self.buffers
-        if buf is None or rows > buf.max_tokens:  # vLLM's dummy runs before any request
-            return logits.masked_fill(self.suppressed, float("-inf"))
-        mask = self.suppressed[None, :].expand(rows, -1).clone()
-        mask[:, self.eos_id] = buf.suppress_eos[:rows]
-        seen = buf.seen.index_select(0, buf.sample_slot[:rows])
-        processed = apply_talker_rules(logits, self.rules, buf.sample_step[:rows], mask, seen,
-                                       buf.sample_penalty[:rows])
-        if not buf.any_sampled:  # every row greedy (`sample`'s rule for temperature <= 0)
-            chosen = processed.argmax(dim=-1)
-        else:
-            noise = unit(buf.sample_noise_base[:rows, None], self._noise_part(logits.shape[1], logits.device))
-            chosen = sample(processed, buf.sample_temperature[:rows], buf.sample_top_k[:rows],
-                            buf.sample_top_p[:rows], uniform=noise, top_p_active=buf.any_top_p)
-        out = torch.full_like(logits, float("-inf")).scatter_(1, chosen[:, None], 0.0)
+        rows, expected = hidden_states.shape[0], self._step_sample_rows
+        self._step_sample_rows = None
+        if expected is None:
+            return self.talker.codec_head(hidden_states).float().masked_fill(self.suppressed, float("-inf"))
+        if rows != expected:
+            raise RuntimeError(f"vLLM samples {rows} rows of a step whose layout has {expected} requests")
+        out = self.buffers.codebook0_logits[:rows]
         self.last_draw_s = time.perf_counter() - started
         return out
-
-    def _noise_part(self, vocab_size: int, device) -> torch.Tensor:
-        """[1, V]: the (draw, index) half of codebook 0's noise, the same at every step (made once)."""
-        part = getattr(self, "_codebook0_noise_part", None)
-        if part is None or part.shape[1] != vocab_size or part.device != device:
-            ids = torch.arange(vocab_size, device=device, dtype=torch.long)
-            part = self._codebook0_noise_part = noise_part(CODEBOOK0_DRAW, ids)[None, :]
-        return part
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         params = dict(self.named_parameters())
