@@ -29,9 +29,10 @@ out=${OUT:?set OUT}; port=${PORT:-8000}; url=http://127.0.0.1:$port; work=${WORK
 mode=${MODE:-voxserve}; label=${LABEL:-$mode}
 mkdir -p "$work"; started=$(date +%s)
 
-start_sweep() {  # name, arguments: the sweep under setsid, so that it survives the command that started it
+start_sweep() {  # name, arguments: the sweep under setsid, so that it survives the command that started it (unbuffered:
+  # `wait` shows the rates finished so far)
   rm -rf "$work/$1"
-  setsid python3 -m benchmarks sweep --base-url "$url" --model qwen3-tts --fixed-length --no-progress \
+  setsid python3 -u -m benchmarks sweep --base-url "$url" --model qwen3-tts --fixed-length --no-progress \
     --stop-fraction 0 --out "$work/$1" "${@:2}" > "$work/$1.txt" 2>&1 &
   echo $! > "$work/$1.pid"
 }
