@@ -112,3 +112,23 @@ def test_the_gc_line_gets_its_own_table():
                      "gen0 40 (1.2 ms total, max 0.08 ms); gen2 1 (9.5 ms total, max 9.50 ms)")
     assert row["source"] == "gc" and row["gc"].endswith("max 9.50 ms)")
     assert format_table([row]).splitlines()[-1].startswith("05:00:10  gen0 40 (1.2 ms total")
+
+
+def test_the_api_servers_limit_cuts_get_their_own_table(caplog):
+    import logging
+
+    from vllm_voxserve.entrypoints.edge_admission import EdgeGuard
+    from vllm_voxserve.scheduler.concurrency_limit import LimitSettings
+
+    guard = EdgeGuard(LimitSettings(0.2, 16), retry_after_s=1.0)
+    tickets = [guard.admit(i / 100) for i in range(50)]
+    for ticket in tickets:
+        ticket.first_audio(ticket.arrival_time + 0.3)  # every first audio late
+    with caplog.at_level(logging.INFO, logger="vllm_voxserve.entrypoints.edge_admission"):
+        guard.admit(0.56)
+    # the guard's own log line, as vLLM's API server prefixes it
+    line = f"(APIServer pid=1) INFO 12-04 11:11:33 [edge_admission.py:112] {caplog.records[0].getMessage()}"
+    row = parse_line(line)
+    assert row == {"time": "11:11:33", "source": "edge",
+                   "cut": "in-progress limit cut to 45 at 50 in progress (late: 50 of 50 first audios)"}
+    assert format_table([row]).splitlines()[-1] == f"11:11:33  {row['cut']}"

@@ -57,6 +57,17 @@ def test_a_burst_above_capacity_is_refused_at_arrival_after_a_miss_window():
     assert len(room) == 10 and len(refused) == 10 and g.in_progress == 90
 
 
+def test_each_cut_is_logged_with_what_made_it(caplog):
+    g = guard()
+    admitted, _ = arrivals(g, 0.0, 200, 0.5)
+    hear(admitted[:97], 0.1)
+    hear(admitted[97:], 0.3)  # 3 of 100 first audios late
+    with caplog.at_level("INFO", logger="vllm_voxserve.entrypoints.edge_admission"):
+        g.admit(0.56)
+    assert g.limit.misses == 1
+    assert "in-progress limit cut to 90 at 100 in progress (late: 3 of 100 first audios)" in caplog.text
+
+
 def test_recovery_raises_the_limit_again():
     g = guard()
     admitted, _ = arrivals(g, 0.0, 200, 0.5)

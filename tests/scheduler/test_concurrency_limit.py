@@ -51,6 +51,7 @@ def test_one_or_two_late_in_a_window_of_a_poisson_burst_do_not_cut_three_do():
     assert lim.limit.misses == 0 and lim.limit.limit == math.inf
     lim.observe(1.0, started(37, 0.6, 0.12, prefix="b") + started(3, 0.6, 0.25, prefix="late_b"), in_progress=120)
     assert lim.limit.misses == 1 and lim.limit.limit == 0.9 * 120
+    assert lim.limit.last_cut == "late: 3 of 40 first audios" and lim.limit.last_cut_cause == "late"
 
 
 def test_one_dry_stream_among_few_does_not_cut_two_do():
@@ -61,6 +62,7 @@ def test_one_dry_stream_among_few_does_not_cut_two_do():
     lim.observe(0.7, in_progress=30, playing=30, dry=2)
     lim.observe(1.0, in_progress=30, playing=30, dry=0)
     assert lim.misses == 1 and lim.limit == 0.9 * 30
+    assert lim.last_cut == "dry: 2 of 30 streams" and lim.last_cut_cause == "dry"
 
 
 def test_misses_of_requests_admitted_before_a_cut_do_not_cut_again():
@@ -134,7 +136,8 @@ def test_the_guard_refuses_past_the_learned_limit_and_says_why():
     assert guard.limit.limit == 0.9 * 44  # the 40 running and 4 waiting requests
     assert rejection is not None and "44 requests in progress" in rejection.reason
     assert rejection.retry_after_s == cfg.min_retry_after_s
-    assert guard.take_decisions()[REFUSED_LIMIT] == 1
+    decisions = guard.take_decisions()
+    assert decisions[REFUSED_LIMIT] == 1 and decisions["limit cut: late"] == 1  # the step log names the trigger
     # a guard judging another SLO shares the limit and leaves its upkeep to the guard that made it
     other = OverloadGuard(cfg.replace(ttfa_target_s=1.0), CostModel(), guard.capacity, guard.limit)
     assert other.check_arrival(1.2, waiting("c", arrival=1.2), slow, queued) is not None

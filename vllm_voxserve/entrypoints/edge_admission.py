@@ -14,16 +14,20 @@ constants) over its own requests in progress, fed with what it delivers itself:
 A route calls `admit(now)` at its entry, before reading the request: an `EdgeRefusal` (answer 503 with Retry-After;
 the engine never hears of the request) or an `AdmissionTicket` that the route tells of the first audio
 (`first_audio`), of how far the audio handed out plays (`playing_until`) and of the end (`done`, however the request
-ends). Off (`overload_mode` "off" or `edge_admission` false) it refuses nothing. Pure: the clock is the caller's.
+ends). Off (`overload_mode` "off" or `edge_admission` false) it refuses nothing. The clock is the caller's; each cut
+of the limit is logged with what made it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
 from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, LimitSettings, limit_settings
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +106,11 @@ class EdgeGuard:
             if ticket.audio_until is not None and limit.counts(ticket.arrival_time):
                 playing += 1
                 dry += now > ticket.audio_until + limit.settings.dry_grace_s
+        misses = limit.misses
         limit.observe(now, len(self.tickets), playing, dry)
+        if limit.misses != misses:
+            logger.info("voxserve edge admission: in-progress limit cut to %.0f at %d in progress (%s)",
+                        limit.limit, len(self.tickets), limit.last_cut)
 
     def _first_audio(self, ticket: AdmissionTicket, now: float) -> None:
         if self.limit is not None:

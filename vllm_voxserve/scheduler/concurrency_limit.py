@@ -16,7 +16,8 @@ is the feedback that bounds that error, measured on what users get:
   the middle of a Poisson burst the server keeps on time; an overload makes many late at once;
 - a clean window in which the limit bound (requests in progress within one of it) raises it by `increase`.
 
-Before the first miss window there is no limit. Arrivals past it are refused at once.
+Before the first miss window there is no limit. Arrivals past it are refused at once. `last_cut` says what made the
+latest cut (the guards log it: refusals whose cause nobody can name cannot be tuned away).
 
 Two guards hold one: the engine's overload guard (`StreamEvidence` feeds it the scheduler's streams) and the API
 server's edge guard (`entrypoints/edge_admission.py`: first audio and playback as it hands them to responses, which
@@ -72,7 +73,9 @@ class ConcurrencyLimit:
     _first_audios: int = 0
     _late: int = 0
     _dry: bool = False  # a look in this window found too many streams dry
+    _dry_seen: tuple[int, int] = (0, 0)  # (dry, playing) at the look that found them
     _bound: bool = False
+    last_cut: str = ""  # what made the latest cut: "late: 4 of 37 first audios", "dry: 3 of 60 streams"
 
     def admits(self, in_progress: int) -> bool:
         return in_progress < self.limit
@@ -92,7 +95,8 @@ class ConcurrencyLimit:
         """A look at the server: the requests in progress and, of the streams playing that arrived after the last cut
         (`counts`), how many ran dry. Closes the window when it is due."""
         s = self.settings
-        self._dry = self._dry or (dry >= s.min_dry and dry > s.dry_share * playing)
+        if not self._dry and dry >= s.min_dry and dry > s.dry_share * playing:
+            self._dry, self._dry_seen = True, (dry, playing)
         self._bound = self._bound or in_progress + 1 >= self.limit
         if self._window_start is None:
             self._window_start = now
@@ -105,11 +109,20 @@ class ConcurrencyLimit:
         late = self._late >= s.min_late and self._late > s.late_share * self._first_audios
         if late or self._dry:
             self.misses += 1
+            causes = [f"late: {self._late} of {self._first_audios} first audios"] if late else []
+            if self._dry:
+                causes.append(f"dry: {self._dry_seen[0]} of {self._dry_seen[1]} streams")
+            self.last_cut = ", ".join(causes)
             self._cut_at = now
             self.limit = max(float(s.floor), s.decrease * min(in_progress, self.limit))
         elif self._bound and math.isfinite(self.limit):
             self.limit += max(1.0, s.increase * self.limit)
         self._first_audios, self._late, self._dry, self._bound = 0, 0, False, False
+
+    @property
+    def last_cut_cause(self) -> str:
+        """The latest cut's trigger: "late", "dry" or "late and dry"."""
+        return " and ".join(part.split(":")[0] for part in self.last_cut.split(", ")) if self.last_cut else ""
 
 
 @dataclass(slots=True)
