@@ -10,7 +10,8 @@ window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms), and th
 a step, and in parentheses its mean in ms a second of steps: the median says how the work is spread over the steps,
 the rate how much there is). The scheduler's lines get their own table:
 its host time, admitted streams, admission's capacity estimates and demand shares, and its decisions by reason; the
-API server's cuts of its in-progress limit (`edge_admission`), one row each, with what made them.
+API server's cuts of its in-progress limit (`edge_admission`), one row each, with what made them; and the API
+server's load (`server_load`: its event loop's lag and its threads' CPU).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 _LINE = re.compile(r"(\d\d:\d\d:\d\d).*voxserve (step|scheduler) host time over (\d+) steps \(ms, p50/p90/p99\): (.*)$")
 _THREADS = re.compile(r"(\d\d:\d\d:\d\d).*voxserve threads, share of a CPU: (.*)$")
 _GC = re.compile(r"(\d\d:\d\d:\d\d).*voxserve gc collections: (.*)$")
+_SERVER_LOAD = re.compile(r"(\d\d:\d\d:\d\d).*voxserve api server load: (.*)$")
 _EDGE_CUT = re.compile(r"(\d\d:\d\d:\d\d).*voxserve edge admission: (in-progress limit cut .*)$")
 _SPREAD = re.compile(r"^(?P<name>[a-z_ /%]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
 _TALLY = re.compile(r"^admission (?P<reason>[a-z: -]+) (?P<n>\d+)$")  # the scheduler's admission decisions
@@ -41,6 +43,9 @@ def parse_line(text: str) -> dict | None:
     threads = _THREADS.search(text)
     if threads is not None:  # the worker process's busy threads over the window that just ended
         return {"time": threads.group(1), "source": "threads", "threads": threads.group(2).strip()}
+    load = _SERVER_LOAD.search(text)
+    if load is not None:
+        return {"time": load.group(1), "source": "api_server", "load": load.group(2).strip()}
     cut = _EDGE_CUT.search(text)
     if cut is not None:  # the API server's in-progress limit, cut
         return {"time": cut.group(1), "source": "edge", "cut": cut.group(2).strip()}
@@ -106,7 +111,7 @@ def format_table(rows: list[dict]) -> str:
     lines = [head]
     scheduler = [r for r in rows if r.get("source") == "scheduler"]
     for r in rows:
-        if r.get("source") in ("scheduler", "threads", "gc", "edge"):
+        if r.get("source") in ("scheduler", "threads", "gc", "edge", "api_server"):
             continue
         prefill = f"{_cell(r, 'prefill step device time')}({_cell(r, 'prefill_share', scale=100, digits=0)}%)"
         lanes = (f"{_cell(r, 'urgent_busy', scale=100, digits=0):>3}%   "
@@ -142,6 +147,10 @@ def format_table(rows: list[dict]) -> str:
     if cuts:  # refusals at the API server: the engine's table does not see them
         lines += ["", "time      the API server's in-progress limit"]
         lines += [f"{r['time']}  {r['cut']}" for r in cuts]
+    loads = [r for r in rows if r.get("source") == "api_server"]
+    if loads:  # the time a response's audio waits in the API server, which the engine's tables do not see
+        lines += ["", "time      the API server's load"]
+        lines += [f"{r['time']}  {r['load']}" for r in loads]
     threads = [r for r in rows if r.get("source") == "threads"]
     if threads:  # who else took the CPU in the worker's process (GIL contenders of the step loop)
         lines += ["", "time      busy threads of the worker's process (share of one CPU)"]

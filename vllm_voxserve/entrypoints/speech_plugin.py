@@ -28,6 +28,7 @@ from . import audio_format
 from .audio_encoding import MEDIA_TYPES, AudioEncoder, encode_off_loop, time_stretch
 from .edge_admission import AdmissionTicket, EdgeGuard, EdgeRefusal
 from .engine_metrics import start_engine_metrics
+from .server_load import log_server_load
 from .request_guard import (
     RequestRejected,
     api_key_hashes,
@@ -321,6 +322,7 @@ class SpeechEndpointPlugin:
         state.voxserve_api_keys = _api_keys(args)
         state.voxserve_edge = EdgeGuard.from_policy(config.scheduler_policy())
         state.voxserve_speech = service
+        state.voxserve_load_log = asyncio.get_running_loop().create_task(log_server_load())
         logger.info("voxserve: /v1/audio/speech ready for %s (%s)", served, service.tables.model_type)
 
 

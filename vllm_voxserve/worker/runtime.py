@@ -35,7 +35,7 @@ from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.gc_pauses import process_gc_pauses
 from vllm_voxserve.worker.step_timing import DeviceStepTimer
-from vllm_voxserve.worker.thread_cpu import ThreadCpu
+from vllm_voxserve.thread_cpu import ThreadCpu
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from vllm_voxserve.worker.thread_cpu import ThreadCpu, thread_cpu_seconds
+from vllm_voxserve.thread_cpu import ThreadCpu, thread_cpu_seconds
 
 
 def test_shares_come_from_cpu_time_differences_over_wall_time():

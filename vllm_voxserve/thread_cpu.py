@@ -1,10 +1,10 @@
-"""CPU time of each thread of this process between two reports: who competes with the step loop for the GIL.
+"""CPU time of each thread of this process between two reports: who competes with the step loop for the GIL, and
+how busy the API server's threads are (`entrypoints/server_load.py`).
 
 Runs 2026-12-01_530eabc and 2026-12-01_21d5739 on the H200: the lanes' harvest took 7-17 ms at p99 while nothing in it
-should take 1 ms, and the
-step interval's p90 was twice the decode time. Every CUDA call of the step loop releases the GIL; getting it back
-waits for whichever Python thread holds it (up to the 5 ms switch interval each time). This names the busy threads.
-Linux only (`/proc/self/task`); elsewhere `report()` returns None.
+should take 1 ms, and the step interval's p90 was twice the decode time. Every CUDA call of the step loop releases the
+GIL; getting it back waits for whichever Python thread holds it (up to the 5 ms switch interval each time). This names
+the busy threads. Linux only (`/proc/self/task`); elsewhere `report()` returns None.
 """
 
 from __future__ import annotations

@@ -1,0 +1,42 @@
+"""The API server's load line on a simulated clock: the loop's lag quantiles over a window, the threads' CPU shares."""
+
+import asyncio
+import logging
+
+from vllm_voxserve.entrypoints.server_load import ServerLoad, log_server_load
+from vllm_voxserve.thread_cpu import ThreadCpu
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_window_reports_the_lag_quantiles_and_the_busy_threads():
+    clock = Clock()
+    cpu = {1: ("MainThread", 0.0)}
+    load = ServerLoad(window_s=10.0, clock=clock, threads=ThreadCpu(read=lambda: dict(cpu), clock=clock))
+    lines = []
+    for i in range(200):  # 0.05 s ticks: 198 on time, one 40 ms late, one 300 ms late
+        clock.now += 0.05
+        cpu[1] = ("MainThread", 8.5 * clock.now / 10.0)  # 85 % of a CPU
+        lines.append(load.lag({50: 0.04, 120: 0.3}.get(i, 0.0)))
+    assert lines[:199] == [None] * 199
+    assert lines[199] == ("event loop lag ms p50/p99/max 0.0/40.0/300.0 over 200 ticks; "
+                          "threads, share of a CPU: MainThread (1) 85%")
+    clock.now += 0.05
+    assert load.lag(0.001) is None  # a new window starts
+
+
+def test_the_server_logs_its_load_while_it_runs(caplog):
+    async def run():
+        task = asyncio.get_running_loop().create_task(log_server_load(tick_s=0.01, window_s=0.05))
+        await asyncio.sleep(0.2)
+        task.cancel()
+
+    with caplog.at_level(logging.INFO, logger="vllm_voxserve.entrypoints.server_load"):
+        asyncio.run(run())
+    assert "voxserve api server load: event loop lag ms p50/p99/max" in caplog.text
