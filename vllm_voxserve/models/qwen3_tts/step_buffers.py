@@ -23,7 +23,10 @@ from vllm_voxserve.models.step_layout import StepLayout
 from .text_track import TextTrack
 
 
-# Host staging rows of the integer, boolean and float buffers (one array of each, one row per buffer, by its name).
+# The integer, boolean and float buffers of a step, by name: each is a column of one [max_tokens, k] tensor per dtype
+# on the device and in the host staging, so that a step's first n rows of all of them go over in one copy per dtype
+# (with a copy per buffer, queueing the copies took 0.41 ms of host time a step at ~180 rows on the H200:
+# 2026-12-04_b7fcaeb's `prepare copies us`).
 _INT_ROWS = ("text_ids", "read_slot", "write_slot", "cp_top_k", "seed", "frame_index",
              "sample_row", "sample_slot", "sample_noise_base", "sample_step", "sample_top_k")
 _BOOL_ROWS = ("is_decode", "suppress_eos")
@@ -41,8 +44,7 @@ RowCheck = Callable[["ServedRequest", int], None]
 
 class _HostStaging:
     """One step's host copy of the buffers `fill` writes, in page-locked memory on GPU so that each host-to-device
-    copy is only queued (a pageable copy waits for the driver to stage it: a dozen of them each step are the likely
-    fixed part of the 0.36-0.68 ms median "prepare" host time logged on the H200). Two of them alternate: one may
+    copy is only queued (a pageable copy waits for the driver to stage it). Two of them alternate: one may
     still be read by queued copies while the next step fills the other, and `claim` waits for the copies of the step
     before last (normally long done)."""
 
@@ -50,9 +52,9 @@ class _HostStaging:
         def make(shape, dtype):
             return torch.zeros(shape, dtype=dtype, pin_memory=pinned)
 
-        self.ints = make((len(_INT_ROWS), max_tokens), torch.long)
-        self.bools = make((len(_BOOL_ROWS), max_tokens), torch.bool)
-        self.floats = make((len(_FLOAT_ROWS), max_tokens), torch.float32)
+        self.ints = make((max_tokens, len(_INT_ROWS)), torch.long)  # row: a token; column: a buffer
+        self.bools = make((max_tokens, len(_BOOL_ROWS)), torch.bool)
+        self.floats = make((max_tokens, len(_FLOAT_ROWS)), torch.float32)
         self.decode_index = make((max_decode_rows,), torch.long)
         self.copied = torch.cuda.Event() if pinned else None  # recorded after this staging's copies are queued
 
@@ -131,29 +133,23 @@ class StepBuffers:
         # The code predictor's codebook-0 input and codebooks 1..15 output, per decode row (fixed addresses).
         self.cp_c0 = torch.zeros(self.max_decode_rows, dtype=torch.long, **kw)
         self.cp_codes = torch.zeros(self.max_decode_rows, 15, dtype=torch.long, **kw)
-        self.text_ids = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.is_decode = torch.zeros(max_tokens, dtype=torch.bool, **kw)
-        self.read_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.write_slot = torch.full((max_tokens,), max_slots, dtype=torch.long, **kw)
         self.prefill_embeds = torch.zeros(max_tokens, hidden_size, dtype=dtype, **kw)
-        self.cp_temperature = torch.zeros(max_tokens, dtype=torch.float32, **kw)
-        self.cp_top_k = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.cp_top_p = torch.ones(max_tokens, dtype=torch.float32, **kw)
-        self.seed = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.frame_index = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.suppress_eos = torch.zeros(max_tokens, dtype=torch.bool, **kw)  # per request row of compute_logits
-        # Codebook 0's sampling, per request row of compute_logits (a sample row): the request's last row of the step
-        # (the row vLLM samples), its slot, the (seed, draw) half of its counter noise (`seeded_noise.
-        # noise_base_on_host`; the draw is the number of tokens it has generated), that draw, its settings; and per
-        # slot the codebook-0 ids it generated (its repetition penalty).
-        self.sample_row = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.sample_slot = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.sample_noise_base = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.sample_step = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.sample_top_k = torch.zeros(max_tokens, dtype=torch.long, **kw)
-        self.sample_temperature = torch.zeros(max_tokens, dtype=torch.float32, **kw)
-        self.sample_top_p = torch.ones(max_tokens, dtype=torch.float32, **kw)
-        self.sample_penalty = torch.ones(max_tokens, dtype=torch.float32, **kw)
+        # One value per row of the step, each a column of its dtype's block (see _INT_ROWS): the decode rows' text
+        # id, the slot whose stash a row reads and the one it writes (the scratch slot: none), the code predictor's
+        # settings, seed and frame index, whether a row decodes. Per request row of compute_logits (a sample row):
+        # whether EOS is suppressed (fixed length), the request's last row of the step (the row vLLM samples), its
+        # slot, the (seed, draw) half of its counter noise (`seeded_noise.noise_base_on_host`; the draw is the
+        # number of tokens it has generated), that draw and codebook 0's settings.
+        self._ints = torch.zeros(max_tokens, len(_INT_ROWS), dtype=torch.long, **kw)
+        self._bools = torch.zeros(max_tokens, len(_BOOL_ROWS), dtype=torch.bool, **kw)
+        self._floats = torch.zeros(max_tokens, len(_FLOAT_ROWS), dtype=torch.float32, **kw)
+        for block, names in ((self._ints, _INT_ROWS), (self._bools, _BOOL_ROWS), (self._floats, _FLOAT_ROWS)):
+            for i, name in enumerate(names):
+                setattr(self, name, block[:, i])
+        self.write_slot.fill_(max_slots)
+        for name in ("cp_top_p", "sample_top_p", "sample_penalty"):
+            getattr(self, name).fill_(1.0)
+        # per slot, the codebook-0 ids its request generated (its repetition penalty)
         self.seen = torch.zeros(max_slots + 1, vocab_size, dtype=torch.bool, **kw)
         # The forward's draw for compute_logits: per sample row, 0 at the drawn id and -inf elsewhere; and how many
         # sample rows the last fill wrote (one per request of the step).
@@ -222,7 +218,8 @@ class StepBuffers:
         staging.claim()
         claimed = time.perf_counter()
         self.last_wait_s = claimed - started  # host blocked until the copies of two steps ago had run
-        ints, bools, floats = staging.ints.numpy(), staging.bools.numpy(), staging.floats.numpy()
+        # numpy views with one row per buffer, as the code below indexes them
+        ints, bools, floats = staging.ints.numpy().T, staging.bools.numpy().T, staging.floats.numpy().T
         ints[:, : n + 1] = 0
         ints[_INT_ROWS.index("write_slot"), : n + 1] = self.scratch_slot
         bools[:, : n + 1] = False
@@ -298,9 +295,8 @@ class StepBuffers:
             decode_index[: len(d_rows)] = at
         width = max(n, 1)
         copies_started = time.perf_counter()
-        for group, names in ((staging.ints, _INT_ROWS), (staging.bools, _BOOL_ROWS), (staging.floats, _FLOAT_ROWS)):
-            for i, name in enumerate(names):
-                getattr(self, name)[:width].copy_(group[i, :width], non_blocking=True)
+        for block, group in ((self._ints, staging.ints), (self._bools, staging.bools), (self._floats, staging.floats)):
+            block[:width].copy_(group[:width], non_blocking=True)
         self.decode_row_index.copy_(staging.decode_index, non_blocking=True)
         if staging.copied is not None:
             staging.copied.record()
