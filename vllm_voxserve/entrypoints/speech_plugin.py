@@ -28,7 +28,6 @@ from . import audio_format
 from .audio_encoding import MEDIA_TYPES, AudioEncoder, encode_off_loop, time_stretch
 from .edge_admission import AdmissionTicket, EdgeGuard, EdgeRefusal
 from .engine_metrics import start_engine_metrics
-from .server_load import log_server_load
 from .request_guard import (
     RequestRejected,
     api_key_hashes,
@@ -37,6 +36,7 @@ from .request_guard import (
     parse_json_object,
     read_capped_body,
 )
+from .server_load import log_server_load
 from .speech_metrics import SpeechMetrics, metered
 from .speech_request import SpeechRequest
 from .speech_service import InvalidSpeechRequest, Overloaded, SpeechService, SpeechUsage, SynthesisError
