@@ -5,6 +5,7 @@
 #   MODE     voxserve (default: the defaults a user gets) or vllm-stock (vLLM's own scheduler, switched to right
 #            after the start, before any load)
 #   LABEL    names this start's files (default MODE)
+#   DP       serve with vLLM's --data-parallel-size DP (one engine core per GPU behind one API server; default: one)
 #   STAGES   default "serve sweep wait":
 #     serve    start a server with no flag but the admin routes (the mode switch needs them), wait until healthy
 #     sweep    start the open-loop sweep in the background: LibriTTS at 5.2 frames a word, seeds 0,1,2 of WINDOW_S
@@ -26,7 +27,7 @@
 # (the server's log without its access lines: the step log's every gauge), stacks_LABEL.tar.xz (profile).
 set -uo pipefail
 out=${OUT:?set OUT}; port=${PORT:-8000}; url=http://127.0.0.1:$port; work=${WORK:-/tmp/protocol}
-mode=${MODE:-voxserve}; label=${LABEL:-$mode}
+mode=${MODE:-voxserve}; label=${LABEL:-$mode}; dp_args=${DP:+ --data-parallel-size $DP}
 mkdir -p "$work"; started=$(date +%s)
 
 start_sweep() {  # name, arguments: the sweep under setsid, so that it survives the command that started it (unbuffered:
@@ -72,7 +73,7 @@ profile() {  # the stacks of both server processes in the middle of a load at RA
 for stage in ${STAGES:-serve sweep wait}; do
   case $stage in
   serve)
-    OUT=$work/serve_$label KEEP_SERVER=1 SERVE_ARGS="--additional-config {\"voxserve\":{\"admin_routes\":true}}" \
+    OUT=$work/serve_$label KEEP_SERVER=1 SERVE_ARGS="--additional-config {\"voxserve\":{\"admin_routes\":true}}$dp_args" \
       PROBE_ARGS="--concurrency 1" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke_$label.txt" 2>&1 \
       || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$label/serve.log"; exit 1; }
     cat "$work/serve_$label/startup.txt"; grep -h "serving defaults" "$work/serve_$label/serve.log" | cut -c1-300
