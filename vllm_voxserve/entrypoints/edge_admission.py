@@ -106,9 +106,7 @@ class EdgeGuard:
             if ticket.audio_until is not None and limit.counts(ticket.arrival_time):
                 playing += 1
                 dry += now > ticket.audio_until + limit.settings.dry_grace_s
-        misses = limit.misses
-        limit.observe(now, len(self.tickets), playing, dry)
-        if limit.misses != misses:
+        if limit.observe(now, len(self.tickets), playing, dry):
             logger.info("voxserve edge admission: in-progress limit cut to %.0f at %d in progress (%s)",
                         limit.limit, len(self.tickets), limit.last_cut)
 

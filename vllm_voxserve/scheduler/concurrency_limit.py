@@ -76,6 +76,7 @@ class ConcurrencyLimit:
     _dry_seen: tuple[int, int] = (0, 0)  # (dry, playing) at the look that found them
     _bound: bool = False
     last_cut: str = ""  # what made the latest cut: "late: 4 of 37 first audios", "dry: 3 of 60 streams"
+    last_cut_cause: str = ""  # its trigger alone: "late", "dry" or "late and dry"
 
     def admits(self, in_progress: int) -> bool:
         return in_progress < self.limit
@@ -91,38 +92,37 @@ class ConcurrencyLimit:
         self._first_audios += 1
         self._late += waited_s > (self.settings.ttfa_target_s if target_s is None else target_s)
 
-    def observe(self, now: float, in_progress: int, playing: int = 0, dry: int = 0) -> None:
+    def observe(self, now: float, in_progress: int, playing: int = 0, dry: int = 0) -> bool:
         """A look at the server: the requests in progress and, of the streams playing that arrived after the last cut
-        (`counts`), how many ran dry. Closes the window when it is due."""
+        (`counts`), how many ran dry. Closes the window when it is due; True when that cut the limit."""
         s = self.settings
         if not self._dry and dry >= s.min_dry and dry > s.dry_share * playing:
             self._dry, self._dry_seen = True, (dry, playing)
         self._bound = self._bound or in_progress + 1 >= self.limit
         if self._window_start is None:
             self._window_start = now
-        if now - self._window_start >= s.window_s:
-            self._close_window(now, in_progress)
-            self._window_start = now
+        if now - self._window_start < s.window_s:
+            return False
+        self._window_start = now
+        return self._close_window(now, in_progress)
 
-    def _close_window(self, now: float, in_progress: int) -> None:
+    def _close_window(self, now: float, in_progress: int) -> bool:
         s = self.settings
         late = self._late >= s.min_late and self._late > s.late_share * self._first_audios
-        if late or self._dry:
+        cut = late or self._dry
+        if cut:
             self.misses += 1
-            causes = [f"late: {self._late} of {self._first_audios} first audios"] if late else []
+            causes = {"late": f"{self._late} of {self._first_audios} first audios"} if late else {}
             if self._dry:
-                causes.append(f"dry: {self._dry_seen[0]} of {self._dry_seen[1]} streams")
-            self.last_cut = ", ".join(causes)
+                causes["dry"] = f"{self._dry_seen[0]} of {self._dry_seen[1]} streams"
+            self.last_cut = ", ".join(f"{cause}: {detail}" for cause, detail in causes.items())
+            self.last_cut_cause = " and ".join(causes)
             self._cut_at = now
             self.limit = max(float(s.floor), s.decrease * min(in_progress, self.limit))
         elif self._bound and math.isfinite(self.limit):
             self.limit += max(1.0, s.increase * self.limit)
         self._first_audios, self._late, self._dry, self._bound = 0, 0, False, False
-
-    @property
-    def last_cut_cause(self) -> str:
-        """The latest cut's trigger: "late", "dry" or "late and dry"."""
-        return " and ".join(part.split(":")[0] for part in self.last_cut.split(", ")) if self.last_cut else ""
+        return cut
 
 
 @dataclass(slots=True)
@@ -134,7 +134,8 @@ class StreamEvidence:
     schedule: ChunkSchedule
     _seen: set[str] = field(default_factory=set)
 
-    def observe(self, now: float, streams: Iterable[StreamState], in_progress: int) -> None:
+    def observe(self, now: float, streams: Iterable[StreamState], in_progress: int) -> bool:
+        """True when this look cut the limit (`ConcurrencyLimit.observe`)."""
         limit, ttfa = self.limit, self.limit.settings.ttfa_target_s
         seen, dry, playing = set(), 0, 0
         for stream in streams:
@@ -150,4 +151,4 @@ class StreamEvidence:
                                  stream.first_audio_time)
             dry += now > due + limit.settings.dry_grace_s
         self._seen = seen  # streams that left are forgotten: the set stays as large as the running streams
-        limit.observe(now, in_progress, playing, dry)
+        return limit.observe(now, in_progress, playing, dry)

@@ -172,11 +172,9 @@ class OverloadGuard:
     ) -> FrameDemand:
         if self._demand is None or now - self._demand_at >= self.cfg.demand_refresh_s or now < self._demand_at:
             self._demand, self._demand_at = self.frame_demand(now, streams, waiting), now
-            if self._evidence is not None:
-                misses = self.limit.misses
-                self._evidence.observe(now, streams, in_progress(streams, waiting))
-                if self.limit.misses != misses:  # the step log's admission column names the trigger
-                    self.decisions[f"limit cut: {self.limit.last_cut_cause}"] += 1
+            evidence = self._evidence
+            if evidence is not None and evidence.observe(now, streams, in_progress(streams, waiting)):
+                self.decisions[f"limit cut: {self.limit.last_cut_cause}"] += 1  # the step log names the trigger
         return self._demand
 
     def check_arrival(

@@ -121,10 +121,8 @@ def test_the_draw_runs_the_same_ops_whatever_the_rows_settings(sampling):
 
 def served(buffers: StepBuffers, expected_rows: int | None):
     """The parts of the served model `compute_logits` reads; the codec head passes hidden states through."""
-    suppressed = torch.zeros(V, dtype=torch.bool)
-    suppressed[list(RULES.suppressed_ids)] = True
     return types.SimpleNamespace(talker=types.SimpleNamespace(codec_head=lambda h: h), buffers=buffers,
-                                 suppressed=suppressed, _step_sample_rows=expected_rows, last_draw_s=None)
+                                 suppressed=drawer().suppressed, _step_sample_rows=expected_rows, last_draw_s=None)
 
 
 def test_compute_logits_hands_vllm_the_forwards_draw_once_per_filled_step():

@@ -88,7 +88,6 @@ class Qwen3TTSForVllm(nn.Module):
         self.talker = Talker(vllm_config, prefix="talker")
         self.tables = PromptTables.from_config(config)
         rules = TalkerGenerationRules.from_tables(self.tables)
-        self.eos_id = rules.eos_id
         self.rules = rules
         self.last_draw_s: float | None = None  # host seconds of the last `compute_logits` of a step
         # an id the talker never emits: decode rows' marks of generated ids go there for padding rows
