@@ -126,7 +126,7 @@ async def search_async(config: SearchConfig, warm_up: bool = True,
             runs, summary = await generator.measure(rate, settle_below=settle)
             result.runs.extend(runs)
             result.summaries.append(summary)
-            _log("probe " + format_rate_line(summary), config.load.progress)
+            _log("probe " + format_rate_line(summary))
             if on_update is not None:
                 on_update(result)
             return summary.attainment

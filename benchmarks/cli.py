@@ -67,7 +67,8 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
                    help="stop after a rate where fewer than this fraction get audio within 1 s")
     g.add_argument("--time-budget-s", type=float, help="start no rate that would end after this many seconds")
     g.add_argument("--out", help="output directory (default bench-results/<command>-<UTC time>)")
-    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (each rate's or level's line still prints when it ends)")
 
 
 def _add_sweep_args(p: argparse.ArgumentParser) -> None:

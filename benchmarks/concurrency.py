@@ -156,7 +156,7 @@ async def concurrency_async(config: ConcurrencyConfig, warm_up: bool = True,
             longest = max([longest] + [run.elapsed_s for run in runs])
             result.runs.extend(runs)
             result.summaries.append(summarize_level(level, runs, load))
-            _log(format_level_line(result.summaries[-1]), load.progress)
+            _log(format_level_line(result.summaries[-1]))
             if on_update is not None:
                 on_update(result)
         else:

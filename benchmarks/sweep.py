@@ -314,7 +314,7 @@ async def sweep_async(config: SweepConfig, warm_up: bool = True,
             runs, summary = await generator.measure(rate)
             result.runs.extend(runs)
             result.summaries.append(summary)
-            _log(format_rate_line(summary), config.load.progress)
+            _log(format_rate_line(summary))
             if on_update is not None:
                 on_update(result)
             if summary.audio_within_1s < config.load.stop_fraction:
@@ -355,6 +355,7 @@ def _progress_bar(total: int, label: str, enabled: bool):
     return tqdm(total=total, desc=label, unit="req", file=sys.stderr, leave=False)
 
 
-def _log(message: str, enabled: bool) -> None:
+def _log(message: str, enabled: bool = True) -> None:
+    """A line on stderr as it happens; a measured rate's line always (a background sweep's log shows how far it got)."""
     if enabled:
         print(message, file=sys.stderr, flush=True)

@@ -97,11 +97,14 @@ def test_sweep_stops_after_an_overloaded_rate(tmp_path, workload, capsys):
 def test_sweep_runs_two_rates_past_the_first_failure_then_stops(tmp_path, workload, capsys):
     out = tmp_path / "protocol"
     with FakeSpeechServer(FakeBehavior(modes={"fast": 0.5})) as server:  # first audio after 500 ms: every rate fails
-        run_cli(capsys, "sweep", "--base-url", server.base_url, "--workload", workload, "--rates", "2,4,6,8,10",
-                "--window-s", "1", "--warmup", "0", "--stop-fraction", "0", "--beyond-failure", "2",
-                "--out", str(out))
+        assert main(["sweep", "--base-url", server.base_url, "--workload", workload, "--rates", "2,4,6,8,10",
+                     "--window-s", "1", "--warmup", "0", "--stop-fraction", "0", "--beyond-failure", "2",
+                     "--out", str(out), "--no-progress"]) == 0
     record = check_outputs(out)
     assert [s["rate"] for s in record["summaries"]] == [2, 4, 6]
+    # each rate's line is on stderr as it ends, progress bars or not (a sweep in the background shows how far it got)
+    rate_lines = [line for line in capsys.readouterr().err.splitlines() if "req/s: attainment" in line]
+    assert [line.split()[0] for line in rate_lines] == ["2", "4", "6"]
     assert record["stop_reason"] == "stopped 2 rate(s) after the first below 99% (2 req/s)"
 
 
