@@ -5,6 +5,8 @@
 #   MODE     voxserve (default: the defaults a user gets) or vllm-stock (vLLM's own scheduler, switched to right
 #            after the start, before any load)
 #   LABEL    names this start's files (default MODE)
+#   SERVER_LABEL  the LABEL of the `serve` that started the running server, when this call's LABEL differs (after
+#            `mode`): its log is read (default LABEL)
 #   DP       serve with vLLM's --data-parallel-size DP (one engine core per GPU behind one API server; default: one)
 #   STAGES   default "serve sweep wait":
 #     serve    start a server with no flag but the admin routes (the mode switch needs them), wait until healthy
@@ -22,12 +24,14 @@
 #              the foreground: TTFA at fixed concurrency, the table other servers publish
 #     text     the whole-text workload and the same texts sent word by word over the WebSocket (TEXT_WORDS_PER_S,
 #              30) at each of RATES, one after the other on this server (one seed of WINDOW_S each), in the foreground
+#     mode     switch the running server to MODE (after a finished sweep: vLLM's stock scheduler measured on the
+#              same start as ours when a second start does not fit; its first audio then follows ours' load)
 #     stop     stop the server
 # Results under $OUT: record_NAME.json.xz (every request and chunk), NAME.txt, step_log_LABEL.txt, serve_LABEL.log.xz
 # (the server's log without its access lines: the step log's every gauge), stacks_LABEL.tar.xz (profile).
 set -uo pipefail
 out=${OUT:?set OUT}; port=${PORT:-8000}; url=http://127.0.0.1:$port; work=${WORK:-/tmp/protocol}
-mode=${MODE:-voxserve}; label=${LABEL:-$mode}; dp_args=${DP:+ --data-parallel-size $DP}
+mode=${MODE:-voxserve}; label=${LABEL:-$mode}; server=${SERVER_LABEL:-$label}; dp_args=${DP:+ --data-parallel-size $DP}
 mkdir -p "$work"; started=$(date +%s)
 
 start_sweep() {  # name, arguments: the sweep under setsid, so that it survives the command that started it (unbuffered:
@@ -38,6 +42,12 @@ start_sweep() {  # name, arguments: the sweep under setsid, so that it survives 
   echo $! > "$work/$1.pid"
 }
 
+switch_mode() {  # the running server to MODE (voxserve: our default, `lanes`)
+  local name=$mode; [ "$name" = voxserve ] && name=lanes
+  curl -s -w ' HTTP %{http_code}\n' -X POST -H 'Content-Type: application/json' -d "{\"mode\":\"$name\"}" \
+    "$url/voxserve/mode"
+}
+
 wait_sweep() {  # name: until it ends or WAIT_S passes; then what it has so far
   local pid; pid=$(cat "$work/$1.pid")
   local deadline=$(( started + ${CALL_S:-560} ))
@@ -46,13 +56,13 @@ wait_sweep() {  # name: until it ends or WAIT_S passes; then what it has so far
   grep "req/s: attainment\|stopped\|all rates" "$work/$1.txt"
   cp "$work/$1.txt" "$out/"
   [ -e "$work/$1/record.json" ] && xz -T0 -6 -c "$work/$1/record.json" > "$out/record_$1.json.xz"
-  grep -v '"POST /v1/audio/speech HTTP/1.1" 200 OK' "$work/serve_$label/serve.log" > "$work/serve_$label.log"
-  python3 -m benchmarks.step_log "$work/serve_$label.log" > "$out/step_log_$label.txt" 2>&1
-  xz -T0 -6 -c "$work/serve_$label.log" > "$out/serve_$label.log.xz"
+  grep -v '"POST /v1/audio/speech HTTP/1.1" 200 OK' "$work/serve_$server/serve.log" > "$work/serve_$server.log"
+  python3 -m benchmarks.step_log "$work/serve_$server.log" > "$out/step_log_$label.txt" 2>&1
+  xz -T0 -6 -c "$work/serve_$server.log" > "$out/serve_$server.log.xz"
 }
 
 profile() {  # the stacks of both server processes in the middle of a load at RATE
-  local log=$work/serve_$label/serve.log spy stacks=$work/stacks_$label
+  local log=$work/serve_$server/serve.log spy stacks=$work/stacks_$label
   spy=$(command -v py-spy || echo /opt/vox-wheels/bin/py-spy)
   mkdir -p "$stacks"
   start_sweep "profile_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATE:?}" --warmup 16
@@ -73,15 +83,14 @@ profile() {  # the stacks of both server processes in the middle of a load at RA
 for stage in ${STAGES:-serve sweep wait}; do
   case $stage in
   serve)
-    OUT=$work/serve_$label KEEP_SERVER=1 SERVE_ARGS="--additional-config {\"voxserve\":{\"admin_routes\":true}}$dp_args" \
+    OUT=$work/serve_$server KEEP_SERVER=1 SERVE_ARGS="--additional-config {\"voxserve\":{\"admin_routes\":true}}$dp_args" \
       PROBE_ARGS="--concurrency 1" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke_$label.txt" 2>&1 \
-      || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$label/serve.log"; exit 1; }
-    cat "$work/serve_$label/startup.txt"; grep -h "serving defaults" "$work/serve_$label/serve.log" | cut -c1-300
-    if [ "$mode" != voxserve ]; then
-      curl -s -w ' HTTP %{http_code}\n' -X POST -H 'Content-Type: application/json' -d "{\"mode\":\"$mode\"}" \
-        "$url/voxserve/mode"
-    fi
+      || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$server/serve.log"; exit 1; }
+    cat "$work/serve_$server/startup.txt"; grep -h "serving defaults" "$work/serve_$server/serve.log" | cut -c1-300
+    [ "$mode" != voxserve ] && switch_mode
     curl -s "$url/voxserve/modes"; echo ;;
+  mode)
+    switch_mode; curl -s "$url/voxserve/modes"; echo ;;
   sweep)
     start_sweep "sweep_$label" --seeds 0,1,2 --window-s "${WINDOW_S:-30}" --start-rate "${START_RATE:?}" \
       --rate-step "${RATE_STEP:-8}" --max-rate 400 --beyond-failure "${BEYOND:-2}" \
