@@ -75,8 +75,17 @@ class ConcurrencyLimit:
     _dry: bool = False  # a look in this window found too many streams dry
     _dry_seen: tuple[int, int] = (0, 0)  # (dry, playing) at the look that found them
     _bound: bool = False
-    last_cut: str = ""  # what made the latest cut: "late: 4 of 37 first audios", "dry: 3 of 60 streams"
-    last_cut_cause: str = ""  # its trigger alone: "late", "dry" or "late and dry"
+    _cut_causes: dict[str, str] = field(default_factory=dict)  # the latest cut's triggers, each with its evidence
+
+    @property
+    def last_cut(self) -> str:
+        """What made the latest cut: "late: 4 of 37 first audios", "dry: 3 of 60 streams" or both."""
+        return ", ".join(f"{cause}: {detail}" for cause, detail in self._cut_causes.items())
+
+    @property
+    def last_cut_cause(self) -> str:
+        """The latest cut's trigger alone: "late", "dry" or "late and dry"."""
+        return " and ".join(self._cut_causes)
 
     def admits(self, in_progress: int) -> bool:
         return in_progress < self.limit
@@ -115,8 +124,7 @@ class ConcurrencyLimit:
             causes = {"late": f"{self._late} of {self._first_audios} first audios"} if late else {}
             if self._dry:
                 causes["dry"] = f"{self._dry_seen[0]} of {self._dry_seen[1]} streams"
-            self.last_cut = ", ".join(f"{cause}: {detail}" for cause, detail in causes.items())
-            self.last_cut_cause = " and ".join(causes)
+            self._cut_causes = causes
             self._cut_at = now
             self.limit = max(float(s.floor), s.decrease * min(in_progress, self.limit))
         elif self._bound and math.isfinite(self.limit):
