@@ -60,8 +60,11 @@ class RateRow:
 class Capacity:
     rate: float  # 0.0: the lowest probed rate already misses
     lower_bound: bool  # the highest probed rate still meets the threshold: capacity is at least `rate`
+    below: float | None = None  # the lowest probed rate, when it already misses: capacity is under it, how far unknown
 
     def text(self) -> str:
+        if self.below is not None:
+            return f"< {self.below:g}"
         return f"≥ {self.rate:g}" if self.lower_bound else f"{self.rate:g}"
 
 
@@ -140,7 +143,8 @@ def rate_rows(runs: Sequence[dict[str, Any]], slo: SloSpec) -> list[RateRow]:
 
 def capacity_of(rows: Sequence[RateRow], threshold: float) -> Capacity:
     rate = slo_capacity({row.rate: row.pooled.attainment for row in rows}, threshold)
-    return Capacity(rate=rate, lower_bound=bool(rows) and rate == rows[-1].rate)
+    below = rows[0].rate if rows and rate == 0 else None
+    return Capacity(rate=rate, lower_bound=bool(rows) and rate == rows[-1].rate, below=below)
 
 
 def unstable_rates(rows: Sequence[RateRow], up_to: float) -> tuple[float, ...]:

@@ -112,8 +112,12 @@ def _stability_cell(summary: ProtocolSummary) -> str:
 def _ratio_cell(summary: ProtocolSummary, baseline: ProtocolSummary | None) -> list[str]:
     if baseline is None:
         return []
-    ours, theirs = summary.capacity["0.99"].rate, baseline.capacity["0.99"].rate
-    return [f"{ours / theirs:.1f}×" if theirs > 0 else "n/a"]
+    ours, theirs = summary.capacity["0.99"], baseline.capacity["0.99"].rate
+    if theirs <= 0:
+        return ["n/a"]
+    if ours.below is not None:
+        return [f"< {ours.below / theirs:.1f}×"]
+    return [f"{ours.rate / theirs:.1f}×"]
 
 
 def capacity_table(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None) -> list[str]:

@@ -69,8 +69,8 @@ def test_report_of_two_starts_and_a_baseline_full_and_slimmed(tmp_path, capsys):
     assert "1.7×" in table and "off by > 1 point at 48" in table and "#### ours 2" in table
     full, slim, base = json.loads((out / "protocol.json").read_text())["entries"]
     assert [e["label"] for e in (full, slim, base)] == ["ours 1", "ours 2", "stock"]
-    assert full["capacity"] == slim["capacity"] == {"0.90": {"rate": 48, "lower_bound": False},
-                                                    "0.99": {"rate": 40, "lower_bound": False}}
+    assert full["capacity"] == slim["capacity"] == {"0.90": {"rate": 48, "lower_bound": False, "below": None},
+                                                    "0.99": {"rate": 40, "lower_bound": False, "below": None}}
     for a, b in zip(full["rates"], slim["rates"]):  # a slimmed record gives the same figures, TTFA to 0.1 ms
         assert (a["attainment"], a["num_stalled"], a["third_drift_points"]) == \
                (b["attainment"], b["num_stalled"], b["third_drift_points"])
@@ -85,8 +85,24 @@ def test_a_capacity_no_probed_rate_missed_is_a_lower_bound(tmp_path):
     assert main([write(tmp_path, "r", record), "--out", str(out)]) == 0
     assert "| ours | ≥ 16 | ≥ 16 |" in (out / "protocol.md").read_text()
     (entry,) = json.loads((out / "protocol.json").read_text())["entries"]
-    assert entry["capacity"]["0.99"] == {"rate": 16, "lower_bound": True}
+    assert entry["capacity"]["0.99"] == {"rate": 16, "lower_bound": True, "below": None}
     assert entry["goodput_at_capacity_multiples"] == []
+
+
+def test_a_capacity_under_the_lowest_probed_rate_says_so(tmp_path):
+    """The lowest probed rate already misses 99 %: the capacity is under it, not zero, and so is its multiple of the
+    baseline's."""
+    ours = synthetic_record([80.0, 88.0], window_s=6.0,
+                            fate=lambda rate, seed, position: REJECT if seed == 0 and position < 0.1 else ON_TIME)
+    stock = synthetic_record([24.0, 32.0], window_s=6.0,
+                             fate=lambda rate, seed, position: LATE if rate > 24 else ON_TIME, server="stock")
+    out = tmp_path / "report"
+    assert main([write(tmp_path, "ours", ours), write(tmp_path, "stock", stock), "--labels", "ours", "stock",
+                 "--baseline", "stock", "--out", str(out)]) == 0
+    table = (out / "protocol.md").read_text()
+    assert "| ours | ≥ 88 | < 80 | n/a | not probed | off by > 1 point at 80, 88 | < 3.3× |" in table
+    entry = json.loads((out / "protocol.json").read_text())["entries"][0]
+    assert entry["capacity"]["0.99"] == {"rate": 0, "lower_bound": False, "below": 80}
 
 
 def test_a_record_of_modes_gives_one_entry_per_mode_and_labels_must_differ(tmp_path):
