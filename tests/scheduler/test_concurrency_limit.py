@@ -120,6 +120,34 @@ def test_a_clean_window_raises_a_binding_limit_and_leaves_a_slack_one():
     assert lim.limit.limit == 180 * 1.05
 
 
+def test_clean_windows_in_a_row_regrow_a_burst_cut_within_seconds_and_a_cut_starts_small_again():
+    """A burst cut the limit to 52; arrivals then spread out and 130 in progress stay on time: the raises double (5,
+    10, 20 %, then 25 % at most) and the limit passes 130 in 6 windows of 0.5 s, where 5 % a window took 19."""
+    lim = ConcurrencyLimit(LimitSettings(T, 16))
+    lim.observe(0.0, 58)
+    for i in range(20):
+        lim.first_audio(0.1, 0.3)
+    lim.observe(0.5, 58)
+    assert lim.limit == 0.9 * 58
+    raised, t = [], 0.5
+    while lim.limit < 130:
+        before = lim.limit
+        for _ in range(20):
+            lim.first_audio(t, 0.1)  # every first audio on time
+        t += 0.5
+        lim.observe(t, int(lim.limit))  # bound: as many in progress as the limit admits
+        raised.append(round(lim.limit / before - 1, 3))
+    assert raised == [0.05, 0.1, 0.2, 0.25, 0.25, 0.25]
+    before = lim.limit
+    for _ in range(20):
+        lim.first_audio(t, 0.3)
+    lim.observe(t + 0.5, 150)  # late again: cut, and the next raise is 5 % again
+    cut = lim.limit
+    assert cut == 0.9 * min(150, before)
+    lim.observe(t + 1.0, int(cut))
+    assert lim.limit == cut * 1.05
+
+
 def test_the_limit_never_falls_below_its_floor():
     lim = limit(floor=16)
     lim.observe(0.0, [], in_progress=4)
