@@ -148,6 +148,23 @@ def test_clean_windows_in_a_row_regrow_a_burst_cut_within_seconds_and_a_cut_star
     assert lim.limit == cut * 1.05
 
 
+def test_a_late_first_audio_too_few_to_cut_restarts_the_doubling():
+    lim = ConcurrencyLimit(LimitSettings(T, 16))
+    lim.observe(0.0, 100)
+    for _ in range(20):
+        lim.first_audio(0.1, 0.3)
+    lim.observe(0.5, 100)
+    shares, t = [], 0.5
+    for late in (0, 0, 1, 0, 0):  # one late first audio in the third window: below `min_late`, no cut
+        before = lim.limit
+        for i in range(20):
+            lim.first_audio(t, 0.3 if i < late else 0.1)
+        t += 0.5
+        lim.observe(t, int(lim.limit))
+        shares.append(round(lim.limit / before - 1, 3))
+    assert lim.misses == 1 and shares == [0.05, 0.1, 0.05, 0.1, 0.2]
+
+
 def test_the_limit_never_falls_below_its_floor():
     lim = limit(floor=16)
     lim.observe(0.0, [], in_progress=4)

@@ -15,12 +15,13 @@ is the feedback that bounds that error, measured on what users get:
   late among them, which a server meeting a 99 % target has every few windows, would exceed any share and cut in
   the middle of a Poisson burst the server keeps on time; an overload makes many late at once;
 - a clean window in which the limit bound (requests in progress within one of it) raises it by `increase`, doubled
-  for each such window since the last cut, up to `max_increase`. A burst of simultaneous arrivals makes first
-  audio late (their prefills queue) at far fewer requests in progress than the server keeps on time once arrivals
-  spread out, and a limit that then regrew 5 % a window refused for seconds at a rate the server serves: a 64-request
-  burst cut the API server's limit to 52 and 157 of 2,468 requests were refused in the next 10 s at 80 req/s, where
-  the same server's next two windows at that rate refused 11 of 4,867 (2026-12-04_4af55f2, start 3). A cut at
-  overload still starts the regrowth small again.
+  for each such window since the last cut or the last late first audio, up to `max_increase`. A burst of
+  simultaneous arrivals makes first audio late (their prefills queue) at far fewer requests in progress than the
+  server keeps on time once arrivals spread out, and a limit that then regrew 5 % a window refused for seconds at a
+  rate the server serves: a 64-request burst cut the API server's limit to 52 and 157 of 2,468 requests were refused
+  in the next 10 s at 80 req/s, where the same server's next two windows at that rate refused 11 of 4,867
+  (2026-12-04_4af55f2, start 3). Near capacity a late first audio or two, too few to cut, come first: they keep the
+  raises small there.
 
 Before the first miss window there is no limit. Arrivals past it are refused at once. `last_cut` says what made the
 latest cut (the guards log it: refusals whose cause nobody can name cannot be tuned away).
@@ -137,6 +138,8 @@ class ConcurrencyLimit:
             self.limit = max(float(s.floor), s.decrease * min(in_progress, self.limit))
             self._raises = 0
         elif self._bound and math.isfinite(self.limit):
+            if self._late:  # near capacity, where a late one or two come before a cut: grow slowly from here
+                self._raises = 0
             share = min(s.max_increase, s.increase * 2 ** self._raises)
             self.limit += max(1.0, share * self.limit)
             self._raises += 1
