@@ -153,7 +153,7 @@ def format_table(rows: list[dict]) -> str:
         lines += [f"{r['time']}  {r['load']}" for r in loads]
     threads = [r for r in rows if r.get("source") == "threads"]
     if threads:  # who else took the CPU in the worker's process (GIL contenders of the step loop)
-        lines += ["", "time      busy threads of the worker's process (share of one CPU)"]
+        lines += ["", "time      busy threads of the worker's process (share of one CPU); the machine's CPUs"]
         lines += [f"{r['time']}  {r['threads']}" for r in threads]
     collections = [r for r in rows if r.get("source") == "gc"]
     if collections:  # each stops every thread of the process, the step loop included

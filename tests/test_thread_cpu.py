@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from vllm_voxserve.thread_cpu import ThreadCpu, thread_cpu_seconds
+from vllm_voxserve.thread_cpu import MachineCpu, ThreadCpu, machine_cpu_ticks, thread_cpu_seconds
 
 
 def test_shares_come_from_cpu_time_differences_over_wall_time():
@@ -38,3 +38,34 @@ def test_a_spinning_python_thread_is_named_with_its_share():
         worker.join()
     assert f"spinner ({worker.native_id})" in line
     assert threading.main_thread().native_id in thread_cpu_seconds()
+
+
+def test_machine_busy_cpus_and_steal_come_from_tick_differences(tmp_path):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  1000 0 200 8000 100 0 0 50 300 0\ncpu0 1 2 3 4\ncpu1 1 2 3 4\nintr 5\n")
+    assert machine_cpu_ticks(stat) == (1200, 50, 9350)
+    readings = iter([(1200, 50, 9350), (2600, 60, 11350)])  # 2000 ticks: 1400 busy, 10 stolen
+    cpu = MachineCpu(read=lambda: next(readings), cpus=4)
+    assert cpu.report() == "2.8 of 4 CPUs busy, 0.5 % stolen"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")
+def test_a_spinning_thread_shows_as_a_busy_cpu_of_the_machine():
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    worker = threading.Thread(target=spin)
+    cpu = MachineCpu()
+    worker.start()
+    try:
+        time.sleep(0.5)
+        line = cpu.report()
+    finally:
+        stop.set()
+        worker.join()
+    busy = float(line.split(" of ")[0])
+    assert busy >= 0.5 and line.endswith("% stolen") and f"of {cpu.cpus} CPUs" in line

@@ -5,6 +5,10 @@ Runs 2026-12-01_530eabc and 2026-12-01_21d5739 on the H200: the lanes' harvest t
 should take 1 ms, and the step interval's p90 was twice the decode time. Every CUDA call of the step loop releases the
 GIL; getting it back waits for whichever Python thread holds it (up to the 5 ms switch interval each time). This names
 the busy threads. Linux only (`/proc/self/task`); elsewhere `report()` returns None.
+
+`MachineCpu` says the same of the whole machine: how many CPUs were busy and what share the hypervisor gave to other
+guests (steal). Two server starts of one tree on the H200 (2026-12-04_4af55f2, starts 2 and 3) ran the same step's host
+work up to twice as long at the same load, which no process-level reading tells apart from a slower or shared host.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 _TASKS = Path("/proc/self/task")
+_STAT = Path("/proc/stat")
 
 
 def thread_cpu_seconds(tasks: Path = _TASKS) -> dict[int, tuple[str, float]]:
@@ -61,3 +66,43 @@ class ThreadCpu:
         self._last = now
         shares.sort(reverse=True)
         return ", ".join(f"{name} ({tid}) {share:.0%}" for share, name, tid in shares) or "none busy"
+
+
+def machine_cpu_ticks(stat: Path = _STAT) -> tuple[int, int, int]:
+    """(busy, stolen, total) clock ticks of all CPUs so far, from /proc/stat's first line: user, nice, system, idle,
+    iowait, irq, softirq, steal (guest time is already inside user and nice)."""
+    fields = [int(v) for v in stat.read_text().split("\n", 1)[0].split()[1:9]]
+    fields += [0] * (8 - len(fields))
+    total, idle, steal = sum(fields), fields[3] + fields[4], fields[7]
+    return total - idle - steal, steal, total
+
+
+class MachineCpu:
+    """`report()`: since the last call, how many of the machine's CPUs were busy and the share stolen by the
+    hypervisor ("5.2 of 16 CPUs busy, 0.4 % stolen"); None without /proc/stat."""
+
+    def __init__(self, read: Callable[[], tuple[int, int, int]] = machine_cpu_ticks,
+                 cpus: int | None = None) -> None:
+        self.read, self.cpus = read, cpus or _stat_cpus() or os.cpu_count() or 1
+        try:
+            self._last: tuple[int, int, int] | None = read()
+        except OSError:
+            self._last = None
+
+    def report(self) -> str | None:
+        if self._last is None:
+            return None
+        now = self.read()
+        busy, steal, total = (a - b for a, b in zip(now, self._last))
+        self._last = now
+        if total <= 0:
+            return None
+        return f"{self.cpus * busy / total:.1f} of {self.cpus} CPUs busy, {100 * steal / total:.1f} % stolen"
+
+
+def _stat_cpus(stat: Path = _STAT) -> int:
+    """The CPUs /proc/stat counts (its per-CPU lines): the ticks' own scale, where os.cpu_count may differ."""
+    try:
+        return sum(line[3:4].isdigit() for line in stat.read_text().splitlines() if line.startswith("cpu"))
+    except OSError:
+        return 0

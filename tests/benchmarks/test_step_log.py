@@ -99,12 +99,12 @@ def test_other_log_lines_are_not_rows():
 
 def test_the_worker_threads_line_gets_its_own_table():
     line = ("(EngineCore pid=1) INFO 12-01 05:00:10 [runtime.py:140] voxserve threads, share of a CPU: "
-            "MainThread (7) 96%, EngineCoreOutputThread (9) 31%")
+            "MainThread (7) 96%, EngineCoreOutputThread (9) 31%; machine: 5.2 of 16 CPUs busy, 0.4 % stolen")
     row = parse_line(line)
-    assert row == {"time": "05:00:10", "source": "threads",
-                   "threads": "MainThread (7) 96%, EngineCoreOutputThread (9) 31%"}
+    threads = "MainThread (7) 96%, EngineCoreOutputThread (9) 31%; machine: 5.2 of 16 CPUs busy, 0.4 % stolen"
+    assert row == {"time": "05:00:10", "source": "threads", "threads": threads}
     table = format_table([row]).splitlines()
-    assert table[-1] == "05:00:10  MainThread (7) 96%, EngineCoreOutputThread (9) 31%" and len(table) == 4
+    assert table[-1] == f"05:00:10  {threads}" and "the machine's CPUs" in table[-2] and len(table) == 4
 
 
 def test_the_gc_line_gets_its_own_table():

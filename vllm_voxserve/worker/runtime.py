@@ -35,7 +35,7 @@ from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.gc_pauses import process_gc_pauses
 from vllm_voxserve.worker.step_timing import DeviceStepTimer
-from vllm_voxserve.thread_cpu import ThreadCpu
+from vllm_voxserve.thread_cpu import MachineCpu, ThreadCpu
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +184,9 @@ class SpeechRuntime:
         if self.host_times.end_step() is not None:  # a window's line: which threads took the CPU meanwhile, and
             threads = self.thread_cpu.report()  # how long Python's collections stopped them all
             if threads is not None:
-                logger.info("voxserve threads, share of a CPU: %s", threads)
+                machine = self.machine_cpu.report()  # and how busy (or shared) the whole machine was
+                logger.info("voxserve threads, share of a CPU: %s%s", threads,
+                            f"; machine: {machine}" if machine is not None else "")
             logger.info("voxserve gc collections: %s", self.gc_pauses.report())
 
     def _after_forward(self) -> None:
@@ -226,6 +228,7 @@ class SpeechRuntime:
         self._codec_chunks = 0
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
         self.thread_cpu = ThreadCpu()  # with each of its lines: the process's busy threads (GIL contenders)
+        self.machine_cpu = MachineCpu()
         self.gc_pauses = process_gc_pauses()  # and the garbage collector's pauses
         self.speech_stats = EngineSpeechStats()  # what /metrics shows of the engine (rpc.stats_call reads it)
         self._suspended: set[str] = set()  # preempted requests Model Runner V2 removed and will re-add
