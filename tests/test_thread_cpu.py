@@ -8,7 +8,13 @@ import time
 
 import pytest
 
-from vllm_voxserve.thread_cpu import MachineCpu, ThreadCpu, machine_cpu_ticks, thread_cpu_seconds
+from vllm_voxserve.thread_cpu import (
+    MachineCpu,
+    ThreadCpu,
+    machine_cpu_ticks,
+    thread_cpu_seconds,
+    thread_preemptions,
+)
 
 
 def test_shares_come_from_cpu_time_differences_over_wall_time():
@@ -17,6 +23,15 @@ def test_shares_come_from_cpu_time_differences_over_wall_time():
     clock = iter([100.0, 101.0])
     cpu = ThreadCpu(read=lambda: next(readings), clock=lambda: next(clock))
     assert cpu.report() == "MainThread (1) 90%, late (3) 30%"  # io's 0.5 % is below the 2 % floor
+
+
+def test_preemptions_a_second_come_with_each_busy_thread_read_twice():
+    readings = iter([{1: ("MainThread", 10.0), 2: ("io", 5.0)}, {1: ("MainThread", 10.9), 2: ("io", 5.5)}])
+    clock = iter([100.0, 102.0])
+    counts = {1: iter([100, 140]), 2: iter([7, None])}  # io's status file was gone at the second read
+    cpu = ThreadCpu(read=lambda: next(readings), clock=lambda: next(clock),
+                    preemptions=lambda tid: next(counts[tid]))
+    assert cpu.report() == "MainThread (1) 45% (preempted 20/s), io (2) 25%"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/task is Linux's")
@@ -38,6 +53,7 @@ def test_a_spinning_python_thread_is_named_with_its_share():
         worker.join()
     assert f"spinner ({worker.native_id})" in line
     assert threading.main_thread().native_id in thread_cpu_seconds()
+    assert thread_preemptions(threading.main_thread().native_id) >= 0 and thread_preemptions(-1) is None
 
 
 def test_machine_busy_cpus_and_steal_come_from_tick_differences(tmp_path):

@@ -7,7 +7,7 @@ GIL; getting it back waits for whichever Python thread holds it (up to the 5 ms 
 the busy threads. Linux only (`/proc/self/task`); elsewhere `report()` returns None.
 
 `MachineCpu` says the same of the whole machine: how many CPUs were busy and what share the hypervisor gave to other
-guests (steal). Two server starts of one tree on the H200 (2026-12-04_4af55f2, starts 2 and 3) ran the same step's host
+guests (steal); with `thread_preemptions`, each busy thread's line also says how often another task took its CPU. Two server starts of one tree on the H200 (2026-12-04_4af55f2, starts 2 and 3) ran the same step's host
 work up to twice as long at the same load, which no process-level reading tells apart from a slower or shared host.
 """
 
@@ -40,16 +40,34 @@ def thread_cpu_seconds(tasks: Path = _TASKS) -> dict[int, tuple[str, float]]:
     return out
 
 
+def thread_preemptions(tid: int, tasks: Path = _TASKS) -> int | None:
+    """How often the kernel took the CPU from thread `tid` while it could still run (nonvoluntary context switches):
+    other work on its CPU, where its own share of a CPU cannot tell waiting from working. None once it ended."""
+    try:
+        status = (tasks / str(tid) / "status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("nonvoluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return None
+
+
 class ThreadCpu:
-    """`report()`: each thread's share of one CPU since the last call (busiest first, those above `min_share`)."""
+    """`report()`: each thread's share of one CPU since the last call (busiest first, those above `min_share`), with
+    how often a second it was preempted where `preemptions` reads that (`thread_preemptions`)."""
 
     def __init__(self, read: Callable[[], dict[int, tuple[str, float]]] = thread_cpu_seconds,
-                 clock: Callable[[], float] = time.monotonic, min_share: float = 0.02) -> None:
-        self.read, self.clock, self.min_share = read, clock, min_share
+                 clock: Callable[[], float] = time.monotonic, min_share: float = 0.02,
+                 preemptions: Callable[[int], int | None] | None = None) -> None:
+        self.read, self.clock, self.min_share, self.preemptions = read, clock, min_share, preemptions
+        self._preempted: dict[int, int] = {}
         try:
             self._last, self._at = read(), clock()
         except OSError:  # no /proc: nothing to report
             self._last, self._at = None, clock()
+        if self._last is not None:
+            self._preempted_per_s(self._last, 1.0)  # the counts the first report starts from
 
     def report(self) -> str | None:
         if self._last is None:
@@ -58,14 +76,24 @@ class ThreadCpu:
         wall, self._at = at - self._at, at
         if wall <= 0:
             return None
+        preempted = self._preempted_per_s(now, wall)
         shares = []
         for tid, (name, seconds) in now.items():
             used = seconds - self._last.get(tid, (name, 0.0))[1]
             if used / wall >= self.min_share:
-                shares.append((used / wall, name, tid))
+                shares.append((used / wall, name, tid, preempted.get(tid, "")))
         self._last = now
         shares.sort(reverse=True)
-        return ", ".join(f"{name} ({tid}) {share:.0%}" for share, name, tid in shares) or "none busy"
+        return ", ".join(f"{name} ({tid}) {share:.0%}{extra}" for share, name, tid, extra in shares) or "none busy"
+
+    def _preempted_per_s(self, threads: dict[int, tuple[str, float]], wall: float) -> dict[int, str]:
+        """The text " (preempted N/s)" of each thread whose count was read at the last report too; every thread's
+        count is kept for the next."""
+        if self.preemptions is None:
+            return {}
+        counts = {tid: n for tid in threads if (n := self.preemptions(tid)) is not None}
+        before, self._preempted = self._preempted, counts
+        return {tid: f" (preempted {(n - before[tid]) / wall:.0f}/s)" for tid, n in counts.items() if tid in before}
 
 
 def machine_cpu_ticks(stat: Path = _STAT) -> tuple[int, int, int]:

@@ -35,7 +35,7 @@ from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
 from vllm_voxserve.worker.gc_pauses import process_gc_pauses
 from vllm_voxserve.worker.step_timing import DeviceStepTimer
-from vllm_voxserve.thread_cpu import MachineCpu, ThreadCpu
+from vllm_voxserve.thread_cpu import MachineCpu, ThreadCpu, thread_preemptions
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +227,8 @@ class SpeechRuntime:
         self._codec_s = 0.0
         self._codec_chunks = 0
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
-        self.thread_cpu = ThreadCpu()  # with each of its lines: the process's busy threads (GIL contenders)
+        # with each of its lines: the process's busy threads (GIL contenders), how often each lost its CPU
+        self.thread_cpu = ThreadCpu(preemptions=thread_preemptions)
         self.machine_cpu = MachineCpu()
         self.gc_pauses = process_gc_pauses()  # and the garbage collector's pauses
         self.speech_stats = EngineSpeechStats()  # what /metrics shows of the engine (rpc.stats_call reads it)
