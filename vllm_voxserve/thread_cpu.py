@@ -7,8 +7,9 @@ GIL; getting it back waits for whichever Python thread holds it (up to the 5 ms 
 the busy threads. Linux only (`/proc/self/task`); elsewhere `report()` returns None.
 
 `MachineCpu` says the same of the whole machine: how many CPUs were busy and what share the hypervisor gave to other
-guests (steal); with `thread_preemptions`, each busy thread's line also says how often another task took its CPU. Two server starts of one tree on the H200 (2026-12-04_4af55f2, starts 2 and 3) ran the same step's host
-work up to twice as long at the same load, which no process-level reading tells apart from a slower or shared host.
+guests (steal); with `thread_preemptions`, each busy thread's line also says how often another task took its CPU.
+Two server starts of one tree on the H200 (2026-12-04_4af55f2, starts 2 and 3) ran the same step's host work up to
+twice as long at the same load, which no process-level reading tells apart from a slower or shared host.
 """
 
 from __future__ import annotations

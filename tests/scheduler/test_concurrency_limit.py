@@ -125,7 +125,7 @@ def test_clean_windows_in_a_row_regrow_a_burst_cut_within_seconds_and_a_cut_star
     10, 20 %, then 25 % at most) and the limit passes 130 in 6 windows of 0.5 s, where 5 % a window took 19."""
     lim = ConcurrencyLimit(LimitSettings(T, 16))
     lim.observe(0.0, 58)
-    for i in range(20):
+    for _ in range(20):
         lim.first_audio(0.1, 0.3)
     lim.observe(0.5, 58)
     assert lim.limit == 0.9 * 58

@@ -83,7 +83,7 @@ class ConcurrencyLimit:
     _dry: bool = False  # a look in this window found too many streams dry
     _dry_seen: tuple[int, int] = (0, 0)  # (dry, playing) at the look that found them
     _bound: bool = False
-    _raises: int = 0  # clean windows that raised the limit since the last cut
+    _raises: int = 0  # windows that raised the limit since the last cut or late first audio
     _cut_causes: dict[str, str] = field(default_factory=dict)  # the latest cut's triggers, each with its evidence
 
     @property
