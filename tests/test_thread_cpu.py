@@ -34,8 +34,8 @@ def test_preemptions_a_second_come_with_each_busy_thread_read_twice():
     assert cpu.report() == "MainThread (1) 45% (preempted 20/s), io (2) 25%"
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/task is Linux's")
-def test_a_spinning_python_thread_is_named_with_its_share():
+def report_while_spinning(reader) -> tuple[str | None, threading.Thread]:
+    """`reader.report()` after half a second of a Python thread spinning, and that thread."""
     stop = threading.Event()
 
     def spin():
@@ -43,14 +43,18 @@ def test_a_spinning_python_thread_is_named_with_its_share():
             sum(range(1000))
 
     worker = threading.Thread(target=spin, name="spinner")
-    cpu = ThreadCpu()
     worker.start()
     try:
         time.sleep(0.5)
-        line = cpu.report()
+        return reader.report(), worker
     finally:
         stop.set()
         worker.join()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/task is Linux's")
+def test_a_spinning_python_thread_is_named_with_its_share():
+    line, worker = report_while_spinning(ThreadCpu())
     assert f"spinner ({worker.native_id})" in line
     assert threading.main_thread().native_id in thread_cpu_seconds()
     assert thread_preemptions(threading.main_thread().native_id) >= 0 and thread_preemptions(-1) is None
@@ -68,20 +72,7 @@ def test_machine_busy_cpus_and_steal_come_from_tick_differences(tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")
 def test_a_spinning_thread_shows_as_a_busy_cpu_of_the_machine():
-    stop = threading.Event()
-
-    def spin():
-        while not stop.is_set():
-            sum(range(1000))
-
-    worker = threading.Thread(target=spin)
     cpu = MachineCpu()
-    worker.start()
-    try:
-        time.sleep(0.5)
-        line = cpu.report()
-    finally:
-        stop.set()
-        worker.join()
+    line, _ = report_while_spinning(cpu)
     busy = float(line.split(" of ")[0])
     assert busy >= 0.5 and line.endswith("% stolen") and f"of {cpu.cpus} CPUs" in line
