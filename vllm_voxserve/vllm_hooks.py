@@ -79,7 +79,8 @@ HOOKS: tuple[Hook, ...] = (
             ("vllm.v1.core.sched.scheduler:Scheduler.has_requests", ()),
             ("vllm.v1.core.sched.async_scheduler:AsyncScheduler", None),
             ("vllm.v1.outputs:ModelRunnerOutput", None),  # carries the step report (compat.attach_step_report)
-            ("vllm.v1.engine.core:EngineCore.collective_rpc", ("method", "timeout", "args", "kwargs"))),
+            ("vllm.v1.engine.core:EngineCore.collective_rpc", ("method", "timeout", "args", "kwargs")),
+            ("vllm.v1.engine.core:EngineCore.add_request", ("request", "request_wave"))),
     *_hooks(SERVING, LEADING,
             ("vllm.v1.core.sched.scheduler:Scheduler.finish_requests", ("request_ids", "finished_status")),
             ("vllm.v1.core.sched.scheduler:Scheduler.get_num_unfinished_requests", ()),

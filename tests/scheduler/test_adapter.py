@@ -6,6 +6,7 @@ request whose prompt is done), as vLLM's engine core does.
 
 from __future__ import annotations
 
+import queue
 import types
 
 import pytest
@@ -202,7 +203,7 @@ def test_overloaded_arrival_is_finished_with_a_rejection_the_endpoint_can_read()
     assert step(scheduler, clock)[1] == {"a"}  # idle: admitted although T is out of reach (nothing to shed)
     # 10 steps of 15 ms + an 80 ms prefill cannot reach first audio within 200 ms once the server is busy
     scheduler.add_request(speech_request("b", clock))
-    assert "b" in scheduler.to_reject
+    assert [r.request_id for r, _ in scheduler.rejected] == ["b"] and "b" not in scheduler.requests  # finished
     scheduled, new, outputs = step(scheduler, clock)
     assert "b" not in scheduled and "b" not in scheduler.requests
     [rejected] = [o for eco in outputs.values() for o in eco.outputs if o.request_id == "b"]
@@ -218,14 +219,34 @@ def test_the_test_refusal_refuses_its_seed_on_its_rank_only(monkeypatch):
     assert scheduler.rank == 0
     scheduler.add_request(speech_request("other", clock, seed=8))
     scheduler.add_request(speech_request("refused", clock, seed=7))
-    assert set(scheduler.to_reject) == {"refused"} and "other" in scheduler.held
+    assert [r.request_id for r, _ in scheduler.rejected] == ["refused"] and "other" in scheduler.held
     _, _, outputs = step(scheduler, clock)
     [rejected] = [o for eco in outputs.values() for o in eco.outputs if o.request_id == "refused"]
     assert "rank 0 refused it" in decode_rejection(rejected.stop_reason)[1]
     monkeypatch.setenv(REFUSE_ENV, "1:7")
     scheduler, clock = build()
     scheduler.add_request(speech_request("served", clock, seed=7))
-    assert not scheduler.to_reject
+    assert not scheduler.rejected and "served" in scheduler.held
+
+
+def test_an_arrival_refusal_is_on_the_engine_cores_output_queue_before_any_step(monkeypatch):
+    """The engine core (with its output queue, as in a served engine-core process) answers a refusal as it arrives,
+    and the next step does not answer it again."""
+    from vllm.v1.engine.core import EngineCore
+
+    monkeypatch.setenv(REFUSE_ENV, "0:7")
+    scheduler, clock = build()  # building it installs `compat.answer_refusals_at_arrival`, as in the engine core
+    core = EngineCore.__new__(EngineCore)
+    core.scheduler, core.output_queue = scheduler, queue.Queue()
+    core.add_request(speech_request("served", clock, seed=8))
+    core.add_request(speech_request("refused", clock, seed=7))
+    client_index, answer = core.output_queue.get_nowait()
+    assert core.output_queue.empty() and client_index == 0
+    [refusal] = answer.outputs
+    assert refusal.request_id == "refused" and refusal.finish_reason == FinishReason.ABORT
+    assert "rank 0 refused it" in decode_rejection(refusal.stop_reason)[1]
+    _, new, outputs = step(scheduler, clock)
+    assert new == {"served"} and not any(o.request_id == "refused" for eco in outputs.values() for o in eco.outputs)
 
 
 def test_requests_without_a_speech_job_pass_through():
@@ -241,7 +262,7 @@ def test_a_request_with_a_looser_slo_is_accepted_where_the_server_default_is_rej
     step(scheduler, clock)
     scheduler.add_request(speech_request("strict", clock))  # the server's 200 ms: first audio at ≈ 232 ms misses
     scheduler.add_request(speech_request("loose", clock, ttfa_slo_ms=1000))
-    assert set(scheduler.to_reject) == {"strict"} and "loose" in scheduler.held
+    assert [r.request_id for r, _ in scheduler.rejected] == ["strict"] and "loose" in scheduler.held
     step(scheduler, clock)
     assert "loose" in scheduler.streams or "loose" in scheduler.held  # not shed while it can still make 1 s
 

@@ -6,7 +6,8 @@ subclass of `AsyncScheduler` or `Scheduler`, as vLLM itself would choose. Each s
 
 1. Requests that arrived are checked by the overload guard (`overload_mode="reject"`); a rejected one, and a waiting
    one the planner sheds, is finished by the scheduler with an abort status and a `stop_reason` that the endpoint
-   turns into HTTP 503 with `Retry-After` (`contract.encode_rejection`).
+   turns into HTTP 503 with `Retry-After` (`contract.encode_rejection`). One rejected at arrival is answered then,
+   not after a step (`compat.answer_refusals_at_arrival`).
 2. Waiting requests the planner does not admit (deadline-aware deferral, at most `max_prefill_deferral_s` in a row)
    are moved out of `self.waiting` while vLLM schedules, and put back after it (a holdback queue).
 3. When more requests run than `max_decode_batch`, only the planner's decode set (least slack first) stays in
@@ -32,7 +33,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request, RequestStatus
 
-from vllm_voxserve.compat import route_mode_rpc_through_scheduler, step_report_of
+from vllm_voxserve.compat import answer_refusals_at_arrival, route_mode_rpc_through_scheduler, step_report_of
 from vllm_voxserve.config import process_config
 from vllm_voxserve.contract import (
     JOB_KEY,
@@ -65,6 +66,7 @@ class SpeechPolicyMixin(TextStreamsMixin):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         route_mode_rpc_through_scheduler(MODE_RPC_METHOD, handle_mode_call)  # this is the engine-core process
+        answer_refusals_at_arrival()
         self._init_text_streams()
         config = process_config(self.vllm_config.additional_config)
         self.planner = Planner(config.scheduler_policy())
@@ -79,7 +81,7 @@ class SpeechPolicyMixin(TextStreamsMixin):
         # makes frames several times faster than they play).
         self.draining: dict[str, StreamState] = {}
         self.held: dict[str, WaitingRequest] = {}  # speech requests not yet admitted, in arrival order
-        self.to_reject: dict[str, Rejection] = {}  # to finish at the next schedule()
+        self.to_reject: dict[str, Rejection] = {}  # to finish (`_finish_rejected`)
         self.rejected: list[tuple[Request, Rejection]] = []  # finished, output not yet sent
         self.last_plan = None
         # this engine's data-parallel rank (vLLM sets the index in each rank's engine-core process)
@@ -129,6 +131,7 @@ class SpeechPolicyMixin(TextStreamsMixin):
                                   f"rank {self.rank} refused it (test refusal)")
         if rejection is not None:
             self.to_reject[request.request_id] = rejection
+            self._finish_rejected()  # now: `take_refusals` hands its answer to the engine core before any step
         else:
             self.held[request.request_id] = waiting
 
@@ -316,6 +319,13 @@ class SpeechPolicyMixin(TextStreamsMixin):
         first_audio = stream.first_audio_time if stream.first_audio_time is not None else (now if chunks else None)
         return RequestProgress(stream.request_id, frames, request.is_finished(), chunks,
                                frames * self.speech_policy.frame_duration_s, first_audio)
+
+    def take_refusals(self) -> dict[int, EngineCoreOutputs]:
+        """The refused requests not yet answered, as engine outputs by client (`compat.answer_refusals_at_arrival`
+        sends them at arrival; what is left goes out with the next step's outputs)."""
+        outputs: dict[int, EngineCoreOutputs] = {}
+        self._emit_rejections(outputs)
+        return outputs
 
     def _emit_rejections(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         for request, rejection in self.rejected:
