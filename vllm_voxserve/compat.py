@@ -137,10 +137,10 @@ def answer_refusals_at_arrival() -> None:
     Why: our scheduler refuses an arrival it cannot serve in time inside `add_request` and finishes it there, but vLLM
     sends a finished request's output only with the next engine step's outputs, one or two steps later: on the H200
     the engine's refusals were answered p50 43-92 ms, p99 96-137 ms after they were sent at 88-208 req/s, the API
-    server's own p99 6-21 ms (2026-12-04_4af55f2, start 3), where a refusal is to come within 50 ms. After the original method, the refusals
-    the scheduler has not answered yet (`take_refusals`) go on the engine core's output queue at once, as vLLM itself
-    answers the requests it turns away while shutting down. An engine core without an output queue (in-process)
-    leaves them to the next step's outputs."""
+    server's own p99 6-21 ms (2026-12-04_4af55f2, start 3), where a refusal is to come within 50 ms. After the
+    original method, the refusals the scheduler has not answered yet (`take_refusals`) go on the engine core's output
+    queue at once, as vLLM itself answers the requests it turns away while shutting down. An engine core without an
+    output queue (in-process) leaves them to the next step's outputs."""
     from vllm.v1.engine.core import EngineCore
 
     original = EngineCore.add_request
