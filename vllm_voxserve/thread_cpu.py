@@ -62,13 +62,11 @@ class ThreadCpu:
                  clock: Callable[[], float] = time.monotonic, min_share: float = 0.02,
                  preemptions: Callable[[int], int | None] | None = None) -> None:
         self.read, self.clock, self.min_share, self.preemptions = read, clock, min_share, preemptions
-        self._preempted: dict[int, int] = {}
         try:
             self._last, self._at = read(), clock()
         except OSError:  # no /proc: nothing to report
             self._last, self._at = None, clock()
-        if self._last is not None:
-            self._preempted_per_s(self._last, 1.0)  # the counts the first report starts from
+        self._preempted = self._preemption_counts(self._last or {})  # what the first report counts from
 
     def report(self) -> str | None:
         if self._last is None:
@@ -77,7 +75,10 @@ class ThreadCpu:
         wall, self._at = at - self._at, at
         if wall <= 0:
             return None
-        preempted = self._preempted_per_s(now, wall)
+        counts, before = self._preemption_counts(now), self._preempted
+        self._preempted = counts
+        preempted = {tid: f" (preempted {(n - before[tid]) / wall:.0f}/s)"
+                     for tid, n in counts.items() if tid in before}
         shares = []
         for tid, (name, seconds) in now.items():
             used = seconds - self._last.get(tid, (name, 0.0))[1]
@@ -87,14 +88,11 @@ class ThreadCpu:
         shares.sort(reverse=True)
         return ", ".join(f"{name} ({tid}) {share:.0%}{extra}" for share, name, tid, extra in shares) or "none busy"
 
-    def _preempted_per_s(self, threads: dict[int, tuple[str, float]], wall: float) -> dict[int, str]:
-        """The text " (preempted N/s)" of each thread whose count was read at the last report too; every thread's
-        count is kept for the next."""
+    def _preemption_counts(self, threads: dict[int, tuple[str, float]]) -> dict[int, int]:
+        """Each thread's preemptions so far, where `preemptions` reads them (a thread gone meanwhile has none)."""
         if self.preemptions is None:
             return {}
-        counts = {tid: n for tid in threads if (n := self.preemptions(tid)) is not None}
-        before, self._preempted = self._preempted, counts
-        return {tid: f" (preempted {(n - before[tid]) / wall:.0f}/s)" for tid, n in counts.items() if tid in before}
+        return {tid: n for tid in threads if (n := self.preemptions(tid)) is not None}
 
 
 def machine_cpu_ticks(stat: Path = _STAT) -> tuple[int, int, int]:
