@@ -9,7 +9,9 @@
 #            `mode`): its log is read (default LABEL)
 #   DP       serve with vLLM's --data-parallel-size DP (one engine core per GPU behind one API server; default: one)
 #   STAGES   default "serve sweep wait":
-#     serve    start a server with no flag but the admin routes (the mode switch needs them), wait until healthy
+#     serve    measure the idle host's speed (benchmarks/host_speed.py), start a server with no flag but the admin
+#              routes (the mode switch needs them), wait until healthy; the compile cache it used or wrote goes to
+#              $OUT xz-compressed, for the next host (see README)
 #     sweep    start the open-loop sweep in the background: LibriTTS at 5.2 frames a word, seeds 0,1,2 of WINDOW_S
 #              (30) seconds per rate, rates from START_RATE in steps of RATE_STEP (8) req/s until BEYOND (2) rates
 #              past the first whose attainment is below FAILURE (0.99); SWEEP_ARGS adds options (--max-words 12)
@@ -27,7 +29,8 @@
 #     mode     switch the running server to MODE (after a finished sweep: vLLM's stock scheduler measured on the
 #              same start as ours when a second start does not fit; its first audio then follows ours' load)
 #     stop     stop the server
-# Results under $OUT: record_NAME.json.xz (every request and chunk), NAME.txt, step_log_LABEL.txt, serve_LABEL.log.xz
+# Results under $OUT: host_LABEL.json, compile_cache.bin.xz, record_NAME.json.xz (every request and chunk), NAME.txt,
+# step_log_LABEL.txt, serve_LABEL.log.xz
 # (the server's log without its access lines: the step log's every gauge), stacks_LABEL.tar.xz (profile).
 set -uo pipefail
 out=${OUT:?set OUT}; port=${PORT:-8000}; url=http://127.0.0.1:$port; work=${WORK:-/tmp/protocol}
@@ -83,10 +86,13 @@ profile() {  # the stacks of both server processes in the middle of a load at RA
 for stage in ${STAGES:-serve sweep wait}; do
   case $stage in
   serve)
+    python3 -m benchmarks.host_speed --json "$out/host_$label.json"  # on the idle host: its speed beside the figures
     OUT=$work/serve_$server KEEP_SERVER=1 SERVE_ARGS="--additional-config {\"voxserve\":{\"admin_routes\":true}}$dp_args" \
       PROBE_ARGS="--concurrency 1" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke_$label.txt" 2>&1 \
       || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$server/serve.log"; exit 1; }
     cat "$work/serve_$server/startup.txt"; grep -h "serving defaults" "$work/serve_$server/serve.log" | cut -c1-300
+    cache=${VOXSERVE_COMPILE_CACHE:-}  # written before the server was healthy; xz makes 149 MB about 9 MB
+    [ -f "$cache" ] && [ ! -e "$out/compile_cache.bin.xz" ] && xz -T0 -6 -c "$cache" > "$out/compile_cache.bin.xz"
     [ "$mode" != voxserve ] && switch_mode
     curl -s "$url/voxserve/modes"; echo ;;
   mode)
