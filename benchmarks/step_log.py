@@ -1,4 +1,4 @@
-"""The served step log as a table: `python -m benchmarks.step_log SERVE_LOG [--json OUT]`.
+"""The served step log as a table: `python -m benchmarks.step_log SERVE_LOG [--json OUT] [--rows LOW-HIGH]`.
 
 The worker logs one `voxserve step host time over N steps ...` line per window (`step_host_times.py`: every
 2,000 steps or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import re
 from pathlib import Path
 
@@ -89,8 +90,10 @@ def parse_line(text: str) -> dict | None:
 
 
 def parse_log(path: str | Path) -> list[dict]:
+    """The step log's rows in a server's log, plain or xz-compressed (as the results keep them)."""
     rows = []
-    with open(path, errors="replace") as f:
+    opener = lzma.open if str(path).endswith(".xz") else open
+    with opener(path, "rt", errors="replace") as f:
         for text in f:
             row = parse_line(text)
             if row is not None:
@@ -162,13 +165,45 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# What `--rows` spans over the windows of a band of decode rows: (heading, row key, percentile, scale, digits)
+_BAND_COLUMNS = (
+    ("frames/s", "frames_per_s", None, 1.0, 0),
+    ("step interval p50 ms", "step interval", "p50", 1.0, 1),
+    ("device gap p50 ms", "device gap before a step", "p50", 1.0, 2),
+    ("host p50 ms", "total", "p50", 1.0, 2),
+    ("background batch", "background_batch", None, 1.0, 1),
+    ("chunks waiting p50", "chunks waiting for a lane", "p50", 1.0, 0),
+    ("pump p50 us a step", "lanes pump us", "p50", 1.0, 0),
+    ("pump ms a second", "pump_us_per_s", None, 1e-3, 1),
+)
+
+
+def band_summary(rows: list[dict], low: float, high: float) -> str:
+    """Each column's range (lowest-highest) over the worker's windows whose mean decode batch is in [low, high]: the
+    same load on two starts compared, whatever the rate that brought it."""
+    band = [r for r in rows if r.get("source") == "step" and r.get("batch") is not None and low <= r["batch"] <= high]
+    lines = [f"{len(band)} windows at {low:g}-{high:g} decode rows"]
+    for heading, key, percentile, scale, digits in _BAND_COLUMNS:
+        values = [v.get(percentile) if isinstance(v, dict) else v for v in (r.get(key) for r in band)]
+        values = [v * scale for v in values if v is not None]
+        span = f"{min(values):.{digits}f}-{max(values):.{digits}f}" if values else "-"
+        lines.append(f"  {heading:<22} {span}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--rows", metavar="LOW-HIGH", help="instead of the table: each column's range over the windows "
+                    "whose mean decode batch is in LOW-HIGH")
     args = ap.parse_args(argv)
     rows = parse_log(args.log)
-    print(format_table(rows))
+    if args.rows:
+        low, _, high = args.rows.partition("-")
+        print(band_summary(rows, float(low), float(high)))
+    else:
+        print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

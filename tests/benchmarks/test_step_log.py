@@ -1,4 +1,6 @@
-from benchmarks.step_log import format_table, parse_line
+import lzma
+
+from benchmarks.step_log import _BAND_COLUMNS, band_summary, format_table, main, parse_line
 from vllm_voxserve.step_host_times import StepHostTimes
 
 
@@ -140,3 +142,34 @@ def test_the_api_servers_load_gets_its_own_table():
     row = parse_line(line)
     assert row["source"] == "api_server" and row["load"].startswith("event loop lag ms p50/p99/max 0.2/35.0/120.4")
     assert format_table([row]).splitlines()[-1] == f"11:17:28  {row['load']}"
+
+
+def worker_window(batch: float, frames: int, gap_p50: float, pump_p50: int) -> str:
+    """A worker's window as the step log prints it, with the columns `--rows` spans."""
+    return engine_core_line(
+        "voxserve step host time over 800 steps (ms, p50/p90/p99): total 1.666/4.169/6.463; step interval "
+        f"11.896/16.751/20.598; decode device time 11.040/12.190/13.167 at mean batch {batch}; device gap before a "
+        f"step {gap_p50}/0.420/0.564; background lane 253 batches of mean 38.0, device time 46.899/50.039/52.003, "
+        f"busy 97%; chunks waiting for a lane 16/52/58; lanes pump us {pump_p50}/4899/7169; backbone frames "
+        f"{frames}/s; lanes pump host us 86053/s", where="step_host_times.py:126")
+
+
+def test_rows_spans_each_column_over_the_windows_of_a_band_of_decode_rows(tmp_path, capsys):
+    log = tmp_path / "serve.log.xz"  # the results keep server logs xz-compressed
+    with lzma.open(log, "wt") as f:
+        f.write("\n".join([worker_window(130.0, 9000, 0.3, 500), worker_window(60.0, 5000, 9.0, 4000),
+                           worker_window(147.5, 10500, 0.25, 700), "(APIServer pid=2) INFO unrelated"]) + "\n")
+    assert main([str(log), "--rows", "125-150"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "2 windows at 125-150 decode rows"  # the window at 60 rows is outside the band
+    spans = {line[:25].strip(): line[25:].strip() for line in out[1:]}
+    assert spans["frames/s"] == "9000-10500"
+    assert spans["device gap p50 ms"] == "0.25-0.30"
+    assert spans["pump p50 us a step"] == "500-700"
+    assert spans["pump ms a second"] == "86.1-86.1"
+    assert spans["background batch"] == "38.0-38.0" and spans["chunks waiting p50"] == "16-16"
+
+
+def test_rows_names_a_band_with_no_windows():
+    assert band_summary([], 10, 20).splitlines() == ["0 windows at 10-20 decode rows"] + [
+        f"  {heading:<22} -" for heading, *_ in _BAND_COLUMNS]
