@@ -8,6 +8,9 @@
 #   SERVER_LABEL  the LABEL of the `serve` that started the running server, when this call's LABEL differs (after
 #            `mode`): its log is read (default LABEL)
 #   DP       serve with vLLM's --data-parallel-size DP (one engine core per GPU behind one API server; default: one)
+#   CONFIG   further members of --additional-config, for a measurement away from the defaults (JSON without
+#            spaces, e.g. CONFIG='"voxserve_internal":{"scheduler":{"background_min_batch":32}}'; default: none, the
+#            defaults a user gets)
 #   STAGES   default "serve sweep wait":
 #     serve    measure the idle host's speed (benchmarks/host_speed.py), start a server with no flag but the admin
 #              routes (the mode switch needs them), wait until healthy; the compile cache it used or wrote goes to
@@ -87,7 +90,8 @@ for stage in ${STAGES:-serve sweep wait}; do
   case $stage in
   serve)
     python3 -m benchmarks.host_speed --json "$out/host_$label.json"  # on the idle host: its speed beside the figures
-    OUT=$work/serve_$server KEEP_SERVER=1 SERVE_ARGS="--additional-config {\"voxserve\":{\"admin_routes\":true}}$dp_args" \
+    config="{\"voxserve\":{\"admin_routes\":true}${CONFIG:+,$CONFIG}}"  # one word: serve_smoke.sh splits SERVE_ARGS
+    OUT=$work/serve_$server KEEP_SERVER=1 SERVE_ARGS="--additional-config $config$dp_args" \
       PROBE_ARGS="--concurrency 1" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke_$label.txt" 2>&1 \
       || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$server/serve.log"; exit 1; }
     cat "$work/serve_$server/startup.txt"; grep -h "serving defaults" "$work/serve_$server/serve.log" | cut -c1-300
