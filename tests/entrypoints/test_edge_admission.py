@@ -25,6 +25,14 @@ def arrivals(g: EdgeGuard, start: float, rate: float, seconds: float) -> tuple[l
     return admitted, refused
 
 
+def busy_guard(**settings) -> EdgeGuard:
+    """A guard with 20 requests in progress since before 0, on time and still playing: loads from 0 on are not
+    bursts onto an idle server (whose first audios are no evidence)."""
+    g = guard(**settings)
+    hear(arrivals(g, -2.0, 200, 0.1)[0], 0.1, play_s=10.0)
+    return g
+
+
 def hear(tickets: list[AdmissionTicket], ttfa: float, play_s: float = 5.0) -> None:
     """Each request's first audio `ttfa` after its arrival, with `play_s` of audio handed out with it."""
     for ticket in tickets:
@@ -41,39 +49,48 @@ def test_no_limit_before_the_first_late_window():
 
 
 def test_a_burst_above_capacity_is_refused_at_arrival_after_a_miss_window():
-    g = guard()
-    admitted, _ = arrivals(g, 0.0, 200, 0.5)  # 100 in progress, every first audio late
+    g = busy_guard()
+    admitted, _ = arrivals(g, 0.0, 200, 0.5)  # 100 more in progress, every first audio late
     hear(admitted, 0.3)
-    answer = g.admit(0.56)  # the next look closes the window: cut to 0.9 of the 100 in progress
+    answer = g.admit(0.56)  # the next look closes the window: cut to 0.9 of the 120 in progress
     assert isinstance(answer, EdgeRefusal)
-    assert g.limit.limit == 90 and g.limit.misses == 1
-    assert "100 requests in progress at this API server" in answer.reason and "90" in answer.reason
+    assert g.limit.limit == 108 and g.limit.misses == 1
+    assert "120 requests in progress at this API server" in answer.reason and "108" in answer.reason
     assert answer.retry_after_s == 1.0
     later, refused = arrivals(g, 0.57, 200, 0.2)  # the burst goes on: refused while nobody leaves
     assert later == [] and len(refused) == 40
-    for ticket in admitted[:20]:  # 20 leave: 80 in progress, room for 10 more
+    for ticket in admitted[:20]:  # 20 leave: 100 in progress, room for 8 more
         ticket.done(0.8)
     room, refused = arrivals(g, 0.8, 200, 0.1)
-    assert len(room) == 10 and len(refused) == 10 and g.in_progress == 90
+    assert len(room) == 8 and len(refused) == 12 and g.in_progress == 108
 
 
 def test_each_cut_is_logged_with_what_made_it(caplog):
-    g = guard()
+    g = busy_guard()
     admitted, _ = arrivals(g, 0.0, 200, 0.5)
     hear(admitted[:97], 0.1)
-    hear(admitted[97:], 0.3)  # 3 of 100 first audios late
+    hear(admitted[97:], 0.3)  # 3 of 100 first audios late, the last three arrivals
     with caplog.at_level("INFO", logger="vllm_voxserve.entrypoints.edge_admission"):
         g.admit(0.56)
     assert g.limit.misses == 1
-    assert "in-progress limit cut to 90 at 100 in progress (late: 3 of 100 first audios)" in caplog.text
+    assert "in-progress limit cut to 108 at 120 in progress (late: 3 of 100 first audios)" in caplog.text
+
+
+def test_a_burst_onto_an_idle_api_server_does_not_cut():
+    g = guard()
+    burst = [g.admit(0.0) for _ in range(64)]  # 64 at once onto an idle server
+    hear(burst[:55], 0.15)
+    hear(burst[55:], 0.3)  # their prefills queued: 9 late
+    later, refused = arrivals(g, 0.6, 100, 0.5)
+    assert refused == [] and g.limit.misses == 0 and g.limit.limit == math.inf
 
 
 def test_recovery_raises_the_limit_again():
-    g = guard()
+    g = busy_guard()
     admitted, _ = arrivals(g, 0.0, 200, 0.5)
     hear(admitted, 0.3)
     g.admit(0.56)
-    assert g.limit.limit == 90
+    assert g.limit.limit == 108
     for ticket in admitted[:10]:
         ticket.done(0.55)
     limits = []
@@ -85,7 +102,7 @@ def test_recovery_raises_the_limit_again():
             ticket.done(start - 0.05)
         g.admit(start)  # closes the window: clean, and the limit bound
         limits.append(g.limit.limit)
-    assert limits == sorted(limits) and limits[-1] > 90 and g.limit.misses == 1
+    assert limits == sorted(limits) and limits[-1] > 108 and g.limit.misses == 1
 
 
 def test_dry_streams_cut_the_limit():
@@ -119,10 +136,14 @@ def test_streams_still_playing_and_first_audio_within_a_requests_own_target_are_
 
 def test_a_burst_on_an_idle_server_below_the_floor_is_admitted():
     g = guard()
-    admitted, _ = arrivals(g, 0.0, 100, 0.15)  # 15 requests, all late
-    hear(admitted, 1.0)
-    g.admit(0.56)
-    assert g.limit.limit == FLOOR  # 0.9 * 15 is below the floor
+    first = [g.admit(0.0) for _ in range(17)]  # a burst onto the idle server: no evidence
+    hear(first, 0.1)
+    late, _ = arrivals(g, 0.6, 100, 0.03)  # 3 arriving while 17 are in progress, all late
+    hear(late, 1.0)
+    for ticket in first[:5]:
+        ticket.done(0.7)
+    g.admit(1.2)  # closes the window at 15 in progress
+    assert g.limit.misses == 1 and g.limit.limit == FLOOR  # 0.9 * 15 is below the floor
     for ticket in g.tickets.copy():
         ticket.done(2.0)
     burst, refused = arrivals(g, 2.0, 10_000, 40 / 10_000)  # 40 within 4 ms

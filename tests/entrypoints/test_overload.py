@@ -99,14 +99,16 @@ def test_past_the_edge_limit_an_arrival_is_refused_before_the_service_sees_it():
     service.prepare = lambda request: seen.append(request) or (None, [0], None)
     edge = test_client.app.state.voxserve_edge = EdgeGuard(LimitSettings(0.2, floor=1, min_late=1), retry_after_s=2.5)
     now = time.monotonic()
-    busy = edge.admit(now - 1.0)  # one request in progress whose first audio came late: the next look cuts to 1
-    busy.first_audio(now - 0.5)
+    earlier = [edge.admit(now - 3.0), edge.admit(now - 2.9)]  # two in progress: above the floor, a busy server
+    busy = edge.admit(now - 2.0)  # and one whose first audio came late: the next look cuts to 0.9 of 3
+    busy.first_audio(now - 1.5)
     before = refusals()
     response = test_client.post("/v1/audio/speech", json={**BODY, "stream": True})
     assert response.status_code == 503 and response.headers["Retry-After"] == "3"
-    assert "1 requests in progress at this API server" in response.json()["error"]["message"]
+    assert "3 requests in progress at this API server" in response.json()["error"]["message"]
     assert seen == [] and refusals() == before + 1
-    busy.done(time.monotonic())  # room again: the next request streams
+    for ticket in (*earlier, busy):  # room again: the next request streams
+        ticket.done(time.monotonic())
     response = test_client.post("/v1/audio/speech", json={**BODY, "stream": True, "response_format": "pcm"})
     assert response.status_code == 200 and len(response.content) == 1920 * 2 and len(seen) == 1
     assert edge.in_progress == 0

@@ -166,7 +166,7 @@ def test_a_late_first_audio_too_few_to_cut_restarts_the_doubling():
 
 
 def test_the_limit_never_falls_below_its_floor():
-    lim = limit(floor=16)
+    lim = limit(floor=16)  # a few requests at a time, all late: the server stays idle, so no onset excuses them
     lim.observe(0.0, [], in_progress=4)
     lim.observe(0.5, started(4, 0.1, 0.3), in_progress=4)
     assert lim.limit.misses == 1 and lim.limit.limit == 16
@@ -205,3 +205,51 @@ def test_plain_numbers_judge_each_first_audio_against_its_own_target():
     lim.first_audio(0.9, 5.0)  # arrived before the cut: no evidence
     lim.observe(1.5, in_progress=30, playing=1, dry=0)
     assert lim.misses == 1 and lim.limit == 45
+
+
+def burst(lim, at, n, late):
+    """`n` requests that arrived together at `at`, the first `late` of them past T."""
+    for i in range(n):
+        lim.first_audio(at, 0.3 if i < late else 0.1)
+
+
+def test_a_burst_onto_an_idle_server_does_not_cut_and_an_overload_after_it_still_does():
+    lim = ConcurrencyLimit(LimitSettings(T, 16))
+    lim.observe(0.0, 0)  # idle: the next busy spell's onset starts here
+    lim.observe(0.05, 64)  # 64 arrived at once at 0.01
+    burst(lim, 0.01, 64, late=9)  # their prefills queued: 9 late
+    lim.observe(0.5, 58)
+    assert lim.misses == 0 and lim.limit == math.inf
+    # arrivals after the onset's half second are evidence again: an overload cuts one window later
+    burst(lim, 0.6, 40, late=10)
+    lim.observe(1.0, 120)
+    assert lim.misses == 1 and lim.limit == 0.9 * 120 and lim.last_cut == "late: 10 of 40 first audios"
+
+
+def test_the_same_burst_onto_a_busy_server_cuts():
+    lim = ConcurrencyLimit(LimitSettings(T, 16))
+    lim.observe(0.0, 30)  # 30 in progress: above the floor, no onset
+    lim.observe(0.05, 94)
+    burst(lim, 0.01, 64, late=9)
+    lim.observe(0.5, 88)
+    assert lim.misses == 1 and lim.limit == 0.9 * 88
+
+
+def test_each_return_from_idle_starts_an_onset_and_only_its_arrivals_are_exempt():
+    lim = ConcurrencyLimit(LimitSettings(T, 16))
+    lim.observe(0.0, 2)
+    lim.observe(0.3, 40)  # onset: arrivals 0.0-0.5
+    lim.observe(5.0, 3)  # idle again
+    lim.observe(5.1, 50)  # a second onset: arrivals 5.0-5.5
+    burst(lim, 5.2, 20, late=20)  # in the second onset: no evidence
+    burst(lim, 2.0, 5, late=5)  # between the onsets (a request of the first spell, long in coming): evidence
+    lim.observe(5.6, 50)
+    assert lim.misses == 1 and lim.last_cut == "late: 5 of 5 first audios"
+
+
+def test_the_engines_streams_after_a_burst_onto_an_idle_engine_do_not_cut():
+    lim = limit()
+    lim.observe(0.0, [], in_progress=0)  # the next look is the first to see the burst
+    burst_streams = started(55, 0.01, 0.15) + started(9, 0.01, 0.3, prefix="late")
+    lim.observe(0.5, burst_streams, in_progress=64)
+    assert lim.limit.misses == 0 and lim.limit.limit == math.inf

@@ -112,6 +112,8 @@ class EdgeGuard:
 
     def _first_audio(self, ticket: AdmissionTicket, now: float) -> None:
         if self.limit is not None:
+            # a burst onto an idle server shows as its onset before its own first audios are judged
+            self.limit.note_load(now, len(self.tickets))
             self.limit.first_audio(ticket.arrival_time, now - ticket.arrival_time, ticket.target_s)
 
     def _done(self, ticket: AdmissionTicket, now: float) -> None:

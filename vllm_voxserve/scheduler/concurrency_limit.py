@@ -23,6 +23,15 @@ is the feedback that bounds that error, measured on what users get:
   (2026-12-04_4af55f2, start 3). Near capacity a late first audio or two, too few to cut, come first: they keep the
   raises small there.
 
+A burst onto an idle server is no evidence: where a look finds more than `floor` requests in progress after looks
+that found at most that many, the first audios of requests that arrived during those idle looks or within `window_s`
+after the last of them neither cut nor count. Their prefills queue behind each other, so some come late at far fewer
+requests in progress than the same server keeps on time once arrivals spread out: 64 simultaneous requests onto an
+idle server cut the API server's limit to 52 (9 of 64 late), and at 96 req/s, which reached 177 in progress in the
+next two 30 s windows and lost 1 request of 5,738 there, the limit refused 72 requests in the 7.4 s it took to grow
+back (2026-12-04_9d9481d). A load that the server cannot keep still cuts half a second later, from the requests that
+arrived after the onset; a server that never idles (every overload) has no onsets.
+
 Before the first miss window there is no limit. Arrivals past it are refused at once. `last_cut` says what made the
 latest cut (the guards log it: refusals whose cause nobody can name cannot be tuned away).
 
@@ -41,6 +50,11 @@ from typing import Iterable
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 from vllm_voxserve.scheduler.streams import StreamState
 from vllm_voxserve.scheduler.timeline import ChunkSchedule, chunk_deadline
+
+
+# How long an idle stretch is kept: longer than any first audio takes to come (a request's first audio that comes
+# later than this after a burst onto an idle server is judged as evidence).
+_ONSET_MEMORY_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +99,8 @@ class ConcurrencyLimit:
     _bound: bool = False
     _raises: int = 0  # windows that raised the limit since the last cut or late first audio
     _cut_causes: dict[str, str] = field(default_factory=dict)  # the latest cut's triggers, each with its evidence
+    _idle: tuple[float, float] | None = None  # the current idle stretch: its first and latest look
+    _idle_stretches: list[tuple[float, float]] = field(default_factory=list)  # recent ones, the same way
 
     @property
     def last_cut(self) -> str:
@@ -105,7 +121,7 @@ class ConcurrencyLimit:
 
     def first_audio(self, arrival_time: float, waited_s: float, target_s: float | None = None) -> None:
         """A request's first audio, `waited_s` after its arrival; late past `target_s` (None: the server's T)."""
-        if arrival_time < self._cut_at:
+        if arrival_time < self._cut_at or self._in_onset(arrival_time):
             return
         self._first_audios += 1
         self._late += waited_s > (self.settings.ttfa_target_s if target_s is None else target_s)
@@ -114,6 +130,7 @@ class ConcurrencyLimit:
         """A look at the server: the requests in progress and, of the streams playing that arrived after the last cut
         (`counts`), how many ran dry. Closes the window when it is due; True when that cut the limit."""
         s = self.settings
+        self.note_load(now, in_progress)
         if not self._dry and dry >= s.min_dry and dry > s.dry_share * playing:
             self._dry, self._dry_seen = True, (dry, playing)
         self._bound = self._bound or in_progress + 1 >= self.limit
@@ -123,6 +140,21 @@ class ConcurrencyLimit:
             return False
         self._window_start = now
         return self._close_window(now, in_progress)
+
+    def _in_onset(self, arrival_time: float) -> bool:
+        """Whether a request arrived at the onset of a busy spell: while the server was idle, or within `window_s`
+        after, in an idle stretch that a busy look ended (a server that stays idle has no onset)."""
+        return any(first <= arrival_time <= last + self.settings.window_s for first, last in self._idle_stretches)
+
+    def note_load(self, now: float, in_progress: int) -> None:
+        """A look at the requests in progress, for the onsets: `observe` takes one; a caller about to report first
+        audio takes one first, so that a burst's first audios find its onset. Idle: at most `floor` in progress."""
+        if in_progress <= self.settings.floor:
+            self._idle = (now, now) if self._idle is None else (self._idle[0], now)
+        elif self._idle is not None:
+            self._idle_stretches = [(a, b) for a, b in self._idle_stretches if b > now - _ONSET_MEMORY_S]
+            self._idle_stretches.append(self._idle)
+            self._idle = None
 
     def _close_window(self, now: float, in_progress: int) -> bool:
         s = self.settings
@@ -159,6 +191,7 @@ class StreamEvidence:
     def observe(self, now: float, streams: Iterable[StreamState], in_progress: int) -> bool:
         """True when this look cut the limit (`ConcurrencyLimit.observe`)."""
         limit, ttfa = self.limit, self.limit.settings.ttfa_target_s
+        limit.note_load(now, in_progress)  # before the first audios: a burst's own find its onset
         seen, dry, playing = set(), 0, 0
         for stream in streams:
             if stream.first_audio_time is None or not limit.counts(stream.arrival_time):
