@@ -123,6 +123,8 @@ def test_the_api_servers_limit_cuts_get_their_own_table(caplog):
     from vllm_voxserve.scheduler.concurrency_limit import LimitSettings
 
     guard = EdgeGuard(LimitSettings(0.2, 16), retry_after_s=1.0)
+    for ticket in [guard.admit(-2.0 + i / 100) for i in range(20)]:  # a busy server: the load below is no burst
+        ticket.first_audio(ticket.arrival_time + 0.1)  # onto an idle one, whose first audios are no evidence
     tickets = [guard.admit(i / 100) for i in range(50)]
     for ticket in tickets:
         ticket.first_audio(ticket.arrival_time + 0.3)  # every first audio late
@@ -132,7 +134,7 @@ def test_the_api_servers_limit_cuts_get_their_own_table(caplog):
     line = f"(APIServer pid=1) INFO 12-04 11:11:33 [edge_admission.py:112] {caplog.records[0].getMessage()}"
     row = parse_line(line)
     assert row == {"time": "11:11:33", "source": "edge",
-                   "cut": "in-progress limit cut to 45 at 50 in progress (late: 50 of 50 first audios)"}
+                   "cut": "in-progress limit cut to 63 at 70 in progress (late: 50 of 50 first audios)"}
     assert format_table([row]).splitlines()[-1] == f"11:11:33  {row['cut']}"
 
 
