@@ -25,6 +25,8 @@ from typing import Callable
 
 import numpy as np
 
+from benchmarks.record import cpu_name
+
 
 @dataclass(frozen=True)
 class HostSpeed:
@@ -76,18 +78,14 @@ def _rate(work: Callable[[], object], seconds: float, repeats: int) -> float:
     return best
 
 
-def _cpu_clock() -> tuple[str, float | None, float | None]:
-    name, clocks = "unknown CPU", []
+def _cpu_clocks() -> tuple[float | None, float | None]:
+    """The lowest and highest clock the kernel reports for the CPUs now, in MHz (None where it reports none)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                name = value.strip()
-            elif key.strip() == "cpu MHz":
-                clocks.append(float(value))
+        clocks = [float(line.partition(":")[2]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.partition(":")[0].strip() == "cpu MHz"]
     except (OSError, ValueError):
-        pass
-    return name, (min(clocks) if clocks else None), (max(clocks) if clocks else None)
+        clocks = []
+    return (min(clocks), max(clocks)) if clocks else (None, None)
 
 
 def measure(seconds: float = 1.0, repeats: int = 3) -> HostSpeed:
@@ -97,8 +95,7 @@ def measure(seconds: float = 1.0, repeats: int = 3) -> HostSpeed:
     out = np.zeros(256, dtype=np.int64)
     python = _rate(lambda: _python_pass(rows, index), seconds, repeats)
     numpy_ = _rate(lambda: _numpy_pass(values, out), seconds, repeats)
-    cpu, low, high = _cpu_clock()
-    return HostSpeed(cpu, python, numpy_, low, high)
+    return HostSpeed(cpu_name(), python, numpy_, *_cpu_clocks())
 
 
 def main(argv: list[str] | None = None) -> int:

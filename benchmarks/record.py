@@ -40,7 +40,7 @@ def git_commit(repo_dir: str | Path | None = None) -> str | None:
         return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -61,7 +61,7 @@ def _gpu_names() -> list[str]:
 
 def machine_info() -> dict[str, Any]:
     return {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
-            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "gpus": _gpu_names()}
+            "cpu": cpu_name(), "cpu_count": os.cpu_count(), "gpus": _gpu_names()}
 
 
 def summary_json(summary: RateSummary) -> dict[str, Any]:
