@@ -243,6 +243,7 @@ def test_each_return_from_idle_starts_an_onset_and_only_its_arrivals_are_exempt(
     lim.observe(5.1, 50)  # a second onset: arrivals 5.0-5.5
     burst(lim, 5.2, 20, late=20)  # in the second onset: no evidence
     burst(lim, 2.0, 5, late=5)  # between the onsets (a request of the first spell, long in coming): evidence
+    burst(lim, 0.2, 10, late=10)  # in the first onset, as long in coming: no evidence, past the newer onset
     lim.observe(5.6, 50)
     assert lim.misses == 1 and lim.last_cut == "late: 5 of 5 first audios"
 

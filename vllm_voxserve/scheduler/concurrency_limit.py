@@ -144,7 +144,14 @@ class ConcurrencyLimit:
     def _in_onset(self, arrival_time: float) -> bool:
         """Whether a request arrived at the onset of a busy spell: while the server was idle, or within `window_s`
         after, in an idle stretch that a busy look ended (a server that stays idle has no onset)."""
-        return any(first <= arrival_time <= last + self.settings.window_s for first, last in self._idle_stretches)
+        # newest first: the stretches are disjoint and in time order, and a first audio's arrival is recent, so the
+        # walk stops at the first stretch that ended too long before it (a load hovering at the floor leaves many)
+        for first, last in reversed(self._idle_stretches):
+            if last + self.settings.window_s < arrival_time:
+                return False
+            if first <= arrival_time:
+                return True
+        return False
 
     def note_load(self, now: float, in_progress: int) -> None:
         """A look at the requests in progress, for the onsets: `observe` takes one; a caller about to report first
