@@ -1,6 +1,6 @@
 """The codec lanes' batching at a given load, on this machine's CPU, with the lanes' device time simulated.
 
-    python -m benchmarks.lane_batching --streams 150 --step-ms 14.5,20 [--steps 600] [--profile]
+    python -m benchmarks.lane_batching --streams 150 --step-ms 14.5,20 [--steps 600] [--config JSON] [--profile]
 
 The worker's real audio pipeline and lane dispatch (`SpeechRuntime._after_forward`: frames to streams, chunks cut,
 the pump's harvest, plan and launch) run against a codec that decodes nothing; what a GPU would add is simulated on
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import random
 
@@ -143,10 +144,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--frames", type=int, default=97, help="mean frames a request (LibriTTS test-clean: 97)")
     ap.add_argument("--profile", action="store_true", help="cProfile the counted steps (top 25 by own time)")
+    ap.add_argument("--config", default="{}", help="voxserve keys as JSON")
     args = ap.parse_args()
+    tree = json.loads(args.config)
     for step_ms in (float(s) for s in args.step_ms.split(",")):
         profile = cProfile.Profile() if args.profile else None
-        r = run(args.streams, step_ms / 1e3, args.steps, args.frames, args.warmup, profile)
+        r = run(args.streams, step_ms / 1e3, args.steps, args.frames, args.warmup, profile, tree)
         pump = r["pump_us_per_step"]
         background, urgent = r["background"], r["urgent"]
         print(f"{r['streams']} streams, step {r['step_ms']:.1f} ms: background {background['batches_per_step']:.2f}"
