@@ -59,3 +59,38 @@ def test_a_waiting_request_has_until_its_first_chunk_deadline_less_its_prefill_f
     want = 1.0 + 0.2 - 1.03 - costs.prefill_s(40) - 5 * costs.decode_step_s(64) - costs.urgent_codec_s(1)
     assert waiting_slack(request, 1.03, 64, costs, cfg) == pytest.approx(want)
     assert waiting_slack(request, 1.04, 64, costs, cfg) == pytest.approx(want - 0.01)  # waiting spends it
+
+
+def test_the_steps_measured_overhead_counts_once_for_every_frame_still_to_make():
+    from tests.scheduler.steps import waiting
+    from vllm_voxserve.scheduler.slack import waiting_slack
+
+    cfg, costs = SchedulerPolicyConfig(first_chunk_frames=5), CostModel()
+    request = waiting("w", arrival=1.0, tokens=40)
+    assert waiting_slack(request, 1.03, 64, costs, cfg, overhead_s=0.004) == pytest.approx(
+        waiting_slack(request, 1.03, 64, costs, cfg) - 5 * 0.004)
+    first_chunk = StreamState("r", 0.9, frames_generated=3)  # 2 frames to go
+    later_chunk = StreamState("s", 0.5, frames_generated=12, first_audio_time=0.7)  # 3 frames to go
+    for stream, to_go in ((first_chunk, 2), (later_chunk, 3)):
+        plain, loaded = SlackEstimator(1.0, 48, costs, cfg), SlackEstimator(1.0, 48, costs, cfg, overhead_s=0.004)
+        assert loaded(stream) == pytest.approx(plain(stream) - to_go * 0.004)
+
+
+def test_the_planner_weighs_slack_with_the_step_overhead_it_measured():
+    """A waiting request whose first chunk fits its deadline on decode costs alone, but not once each step also
+    takes the 8 ms the steps measurably took beyond them, is admitted instead of deferred behind a running stream."""
+    from tests.scheduler.steps import lanes, stream, waiting
+    from vllm_voxserve.scheduler.planner import Planner
+
+    cfg = SchedulerPolicyConfig(first_chunk_frames=5, max_decode_batch=2)
+    running = [stream("r", arrival=-0.178, frames=4)]  # 1 frame to its first chunk; a 12 ms prefill does not fit
+    queue = [waiting("w", arrival=-0.101, tokens=800)]
+
+    plain = Planner(cfg).plan_step(0.0, running, queue, lanes())
+    assert plain.prefill_deferred and plain.admit == []
+    measured = Planner(cfg)
+    for _ in range(200):  # steps that each took 8 ms beyond the decode cost of their 2 rows
+        measured.overload.capacity.observe_step(measured.costs.decode_step_s(2) + 0.008, 2)
+    assert measured.overload.capacity.overhead_s == pytest.approx(0.008)
+    plan = measured.plan_step(0.0, running, queue, lanes())
+    assert plan.admit == ["w"] and not plan.prefill_deferred

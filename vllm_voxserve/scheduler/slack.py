@@ -11,12 +11,19 @@ from vllm_voxserve.scheduler.streams import INFINITE_SLACK, StreamState, Waiting
 
 class SlackEstimator:
     """Deadline of the chunk being generated, minus now, minus the time to generate its remaining frames and decode
-    it (paper §3.2), with the step and codec costs of one planning round. Finished requests have infinite slack."""
+    it (paper §3.2), with the step and codec costs of one planning round. Finished requests have infinite slack.
 
-    def __init__(self, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig) -> None:
+    A frame takes a step: the decode's cost at the batch plus `overhead_s`, what steps measurably take beyond it
+    (`capacity.CapacityModel.overhead_s`: host time between steps, packed prefills, urgent codec calls). The decode
+    cost alone made every slack too long by the overhead of each frame still to make: on the H200 the device
+    waited p50 2-9 ms before each step where the engine's thread was the bottleneck (2026-12-04_4af55f2, start 3),
+    so a first chunk of 5 frames had 10-45 ms less slack than a deferred prefill was given."""
+
+    def __init__(self, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig,
+                 overhead_s: float = 0.0) -> None:
         self.now = now
         self.cfg = cfg
-        self.step_s = costs.decode_step_s(decode_batch)
+        self.step_s = costs.decode_step_s(decode_batch) + overhead_s
         self.first_codec_s = costs.urgent_codec_s(1)
         self.later_codec_s = costs.background_codec_s(1)
 
@@ -42,12 +49,15 @@ class SlackEstimator:
 
 
 def waiting_slack(
-    request: WaitingRequest, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig
+    request: WaitingRequest, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig,
+    overhead_s: float = 0.0,
 ) -> float:
     """How long a waiting request can still wait for its prefill: its first chunk's deadline (arrival + T), minus
-    now, its prefill, its first chunk's frames at the decode step of `decode_batch` rows and the chunk's decode."""
+    now, its prefill, its first chunk's frames at the step of `decode_batch` rows (`overhead_s` included, as in
+    `SlackEstimator`) and the chunk's decode."""
+    step_s = costs.decode_step_s(decode_batch) + overhead_s
     return (request.arrival_time + cfg.ttfa_target_s - now - costs.prefill_s(request.prompt_tokens)
-            - cfg.first_chunk_frames * costs.decode_step_s(decode_batch) - costs.urgent_codec_s(1))
+            - cfg.first_chunk_frames * step_s - costs.urgent_codec_s(1))
 
 
 def generating(streams: Iterable[StreamState]) -> list[StreamState]:
@@ -56,12 +66,12 @@ def generating(streams: Iterable[StreamState]) -> list[StreamState]:
 
 
 def slacks(
-    active: Sequence[StreamState], now: float, costs: CostModel, cfg: SchedulerPolicyConfig
+    active: Sequence[StreamState], now: float, costs: CostModel, cfg: SchedulerPolicyConfig, overhead_s: float = 0.0
 ) -> dict[str, float]:
-    """Slack of each generating request, at the decode batch they make together."""
+    """Slack of each generating request, at the decode batch they make together (`SlackEstimator`)."""
     if not active:
         return {}
-    slack = SlackEstimator(now, min(len(active), cfg.max_decode_batch), costs, cfg)
+    slack = SlackEstimator(now, min(len(active), cfg.max_decode_batch), costs, cfg, overhead_s)
     return {s.request_id: slack(s) for s in active}
 
 
