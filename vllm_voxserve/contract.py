@@ -90,6 +90,9 @@ class StepReport:
     costs: list[CostSample] = field(default_factory=list)
     # requests the worker failed (request id -> the error): they end at once, not after their max tokens
     failed: dict[str, str] = field(default_factory=dict)
+    # for each first audio since the last report: seconds from its first chunk's cut (all its frames existed) to its
+    # audio leaving the worker (the codec's decode and the hand-over at a later step)
+    first_audio_handovers: list[float] = field(default_factory=list)
 
 
 # --- how a request ended early: engine core -> API server, in the finished output's `stop_reason` ---------------

@@ -11,8 +11,13 @@
   log-normal jitter; the planner sees only the durations the "GPU" took, as cost samples in a `StepReport`.
 - `host_overhead_s` adds host time to every LM step that the cost samples do not carry (on a GPU the planner learns
   device times; the host gap shows only in the step interval).
-- Not modelled: HTTP and transport latency (audio counts as delivered when its codec batch ends), the prefill's
-  effect on the background lane, KV-cache limits.
+- `handover_at_step`: a codec batch that finishes while an LM step runs hands its audio over only when that step
+  ends, as the served worker collects finished batches once a step after the step's forward (on the H200 a first
+  chunk took p50 15-31 ms from its cut to its audio, where its decode took about 2 ms, 2026-12-04_4af55f2). The
+  urgent lane (one batch in flight) takes no other batch until then; the background lane queues its next batch
+  behind the running one, so it is free at once. Off: audio leaves when its batch ends. Either way each first audio's time from its chunk's
+  last frame to its audio goes to the planner in the step report, as the served worker reports it.
+- Not modelled: HTTP and transport latency, the prefill's effect on the background lane, KV-cache limits.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class GpuModel:
     # host time a step per decoded request (input preparation and output processing grow with the batch): the part
     # of the step the cost model does not see and that grows with load
     host_per_row_s: float = 0.0
+    handover_at_step: bool = False  # audio of a codec batch leaves at the end of the LM step it finished in
 
 
 @dataclass(order=True, slots=True)
@@ -78,6 +84,9 @@ class SimulatedServer:
         self.prefill_deferrals = 0
         self.pending_wake: float | None = None
         self.samples: list[CostSample] = []
+        self.first_ready: dict[str, float] = {}  # when each request's first chunk had all its frames
+        self.handovers: list[float] = []  # first chunks' way to audio since the last report
+        self.held: list[tuple[str, list[ReadyChunk]]] = []  # finished batches waiting for the LM step's end
 
     # -- event plumbing ------------------------------------------------------------------------------------------
     def _push(self, time: float, kind: str, payload: object = None) -> None:
@@ -117,22 +126,38 @@ class SimulatedServer:
     def _on_lm_done(self, now: float, step: tuple[list[str], list[str]]) -> None:
         admitted, decoded = step
         for request_id in admitted:
-            self._add_frame(request_id)
+            self._add_frame(now, request_id)
         for request_id in decoded:
-            self._add_frame(request_id)
+            self._add_frame(now, request_id)
         self.lm_busy = False
+        held, self.held = self.held, []
+        for lane, batch in held:
+            self._hand_over(now, lane, batch)
 
-    def _add_frame(self, request_id: str) -> None:
+    def _add_frame(self, now: float, request_id: str) -> None:
         stream = self.streams[request_id]
         stream.frames_generated += 1
         stream.generation_done = stream.frames_generated >= self.true_frames[request_id]
+        if stream.frames_generated == self.cfg.first_chunk_frames or (
+                stream.generation_done and stream.frames_generated < self.cfg.first_chunk_frames):
+            self.first_ready[request_id] = now
 
     def _on_urgent_done(self, now: float, batch: list[ReadyChunk]) -> None:
-        self.lanes.urgent_busy = False
-        self._deliver(now, batch)
+        if self.gpu.handover_at_step and self.lm_busy:
+            self.held.append(("urgent", batch))
+        else:
+            self._hand_over(now, "urgent", batch)
 
     def _on_background_done(self, now: float, batch: list[ReadyChunk]) -> None:
         self.lanes.background_busy = False
+        if self.gpu.handover_at_step and self.lm_busy:
+            self.held.append(("background", batch))
+        else:
+            self._deliver(now, batch)
+
+    def _hand_over(self, now: float, lane: str, batch: list[ReadyChunk]) -> None:
+        if lane == "urgent":
+            self.lanes.urgent_busy = False
         self._deliver(now, batch)
 
     def _deliver(self, now: float, batch: list[ReadyChunk]) -> None:
@@ -142,6 +167,9 @@ class SimulatedServer:
             stream.chunks_delivered += 1
             if stream.first_audio_time is None:
                 stream.first_audio_time = now
+                ready = self.first_ready.pop(chunk.request_id, None)
+                if ready is not None:
+                    self.handovers.append(now - ready)
             outcome = self.outcomes[chunk.request_id]
             outcome.audio.append((now, chunk.frames * self.cfg.frame_duration_s))
             if stream.generation_done and stream.chunks_delivered == self.schedule.num_chunks(stream.frames_generated):
@@ -151,8 +179,8 @@ class SimulatedServer:
 
     # -- one scheduling round ----------------------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
-        self.planner.observe(StepReport(now, costs=self.samples))
-        self.samples = []
+        self.planner.observe(StepReport(now, costs=self.samples, first_audio_handovers=self.handovers))
+        self.samples, self.handovers = [], []
         plan = self.planner.plan_step(now, list(self.streams.values()), self.waiting, self.lanes, not self.lm_busy)
         rejected = {r.request_id for r in plan.reject}
         self.planner.overload.decisions[SHED_WAITING] += len(rejected)

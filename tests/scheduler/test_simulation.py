@@ -105,3 +105,20 @@ def test_simulated_runs_keep_the_rules(mode, rate):
     if mode == "deadline_aware":
         assert len(checks.deferral_spans) > 10  # the overload did make it defer
     assert STALL_THRESHOLD_S == 0.010
+
+
+def test_with_the_hand_over_at_the_step_first_audio_waits_for_the_lm_step_and_its_way_is_reported():
+    from benchmarks.simulation.server import GpuModel
+
+    server = SimulatedServer(mode_config("deadline_aware_shed"), GpuModel(handover_at_step=True), seed=1)
+    step_ends, handovers = set(), []
+    lm_done, observe = server._on_lm_done, server.planner.observe
+    server._on_lm_done = lambda now, step: (step_ends.add(now), lm_done(now, step))
+    server.planner.observe = lambda report: (handovers.extend(report.first_audio_handovers), observe(report))
+    outcomes = server.run(poisson_workload(40.0, 5.0, seed=1, word_counts=load_word_counts()), horizon_s=60.0)
+    firsts = [o.audio[0][0] for o in outcomes if o.audio]
+    assert len(handovers) == len(firsts) > 100  # one way to audio a first audio
+    # a first chunk's batch ends within the next LM step, which it then waits for (or the LM was idle)
+    assert sum(t in step_ends for t in firsts) > 0.9 * len(firsts)
+    decode_s = server.gpu.seed.urgent_codec(1)
+    assert min(handovers) > 0.8 * decode_s and sum(handovers) / len(handovers) > 2 * decode_s

@@ -78,10 +78,12 @@ def test_report_tracks_frames_chunks_first_audio_and_step_costs(program):
         == [("r", 0, 0, None)]
     assert [(c.kind, c.size) for c in report.costs] == [("prefill", 20)]
     before = time.monotonic()
+    handovers = []
     for position in range(20, 24):  # four decode steps: four frames, the first chunk
         runtime.prepare_step(StepLayout(("r",), (1,), (position,)))
         runtime.after_forward()
         report = runtime.step_report()
+        handovers.append(report.first_audio_handovers)
     [progress] = report.progress
     assert (progress.frames_generated, progress.chunks_delivered) == (4, 1)
     assert progress.audio_delivered_s == pytest.approx(4 * 0.08)
@@ -91,6 +93,10 @@ def test_report_tracks_frames_chunks_first_audio_and_step_costs(program):
     gauges = runtime.host_times._gauges
     assert len(gauges["first chunk ms after prefill"]) == 1 and len(gauges["first audio ms after cut"]) == 1
     assert gauges["first chunk ms after prefill"][0] >= 0 and not runtime.pipeline.first_audio_paths
+    # and the scheduler's: the first chunk's cut to its audio, in the report of the step that sent it, once
+    assert handovers[:3] == [[], [], []] and len(handovers[3]) == 1
+    assert handovers[3][0] == pytest.approx(gauges["first audio ms after cut"][0] / 1e3, abs=1e-4)
+    assert runtime.step_report().first_audio_handovers == []
     runtime.finish("r")
     assert runtime.step_report().progress == []
 

@@ -165,6 +165,7 @@ class SpeechRuntime:
         for frames_s, codec_s in self.pipeline.first_audio_paths:  # requests that heard their first audio
             self.host_times.add_gauge("first chunk ms after prefill", round(frames_s * 1e3, 1))
             self.host_times.add_gauge("first audio ms after cut", round(codec_s * 1e3, 1))
+            self._handovers.append(codec_s)  # and for the scheduler, which predicts first audio with it
         self.pipeline.first_audio_paths.clear()
         lanes = self.pipeline.lanes
         if lanes is not None:
@@ -226,6 +227,7 @@ class SpeechRuntime:
         self._step_started = 0.0
         self._codec_s = 0.0
         self._codec_chunks = 0
+        self._handovers: list[float] = []  # first chunks' cut to audio since the last report
         self.host_times = StepHostTimes()  # our share of the host gap between backbone steps, logged periodically
         # with each of its lines: the process's busy threads (GIL contenders), how often each lost its CPU
         self.thread_cpu = ThreadCpu(preemptions=thread_preemptions)
@@ -272,7 +274,8 @@ class SpeechRuntime:
         self.speech_stats.observe(samples)
         # cumulative like the progress: every failed request vLLM has not finished yet, so the scheduler ends it
         failed = {r: m for r, m in self._failed.items() if m is not None and r in self.model.requests}
-        return StepReport(now, progress, costs=samples, failed=failed)
+        handovers, self._handovers = self._handovers, []
+        return StepReport(now, progress, costs=samples, failed=failed, first_audio_handovers=handovers)
 
     def finish(self, req_id: str) -> None:
         if req_id in self._suspended:  # preempted, not finished: it will be re-added (see `preempt`)
