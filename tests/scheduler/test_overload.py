@@ -141,3 +141,39 @@ def test_decisions_are_counted_and_taken():
     taken = g.take_decisions()
     assert taken == {overload.ACCEPTED: 1, overload.REFUSED_FIRST_AUDIO: 1}
     assert not g.take_decisions()
+
+
+def test_a_first_chunks_measured_way_to_audio_replaces_the_urgent_decode_in_first_audio_predictions():
+    from vllm_voxserve.contract import StepReport
+    from vllm_voxserve.scheduler.planner import Planner
+
+    planner = Planner(SHED)
+    capacity, request = planner.overload.capacity, waiting("w", arrival=0.0)
+    assert capacity.first_audio_handover_s() == planner.costs.urgent_codec_s(1)  # nothing measured yet
+    before = planner.overload.first_audio_s(request, running=10, queued_ahead=0)
+    # 1..41 ms (the estimate is recomputed at the first and then every 8th: the 41st is one)
+    planner.observe(StepReport(0.0, first_audio_handovers=[0.001 * (i + 1) for i in range(41)]))
+    planner.observe(StepReport(0.0, first_audio_handovers=[-1.0]))  # not a hand-over: ignored
+    assert capacity.first_audio_handover_s() == pytest.approx(0.037)  # the 90th percentile of the 41
+    after = planner.overload.first_audio_s(request, running=10, queued_ahead=0)
+    assert after - before == pytest.approx(0.037 - planner.costs.urgent_codec_s(1))
+    for _ in range(300):  # only the latest 256 count: the slow ones age out
+        capacity.observe_first_audio(0.005)
+    assert capacity.first_audio_handover_s() == pytest.approx(0.005)
+
+
+def test_a_request_whose_first_audio_the_measured_hand_over_makes_late_is_refused():
+    from vllm_voxserve.contract import StepReport
+    from vllm_voxserve.scheduler.planner import Planner
+
+    running = [stream(f"r{i}", arrival=0.0, frames=30, delivered=2, first_audio=0.15) for i in range(100)]
+    request = waiting("new", arrival=1.0)
+    planner = Planner(SHED)
+    predicted = planner.overload.first_audio_s(request, running=100, queued_ahead=0)
+    assert predicted < SHED.ttfa_target_s  # on costs alone it makes it
+    assert planner.on_arrival(1.0, request, running, []) is None
+    late = SHED.ttfa_target_s - predicted + planner.costs.urgent_codec_s(1) + 0.01  # 10 ms past T once measured
+    planner = Planner(SHED)
+    planner.observe(StepReport(0.0, first_audio_handovers=[late] * 20))
+    rejection = planner.on_arrival(1.0, request, running, [])
+    assert rejection is not None and "first audio predicted after" in rejection.reason

@@ -94,3 +94,19 @@ def test_the_planner_weighs_slack_with_the_step_overhead_it_measured():
     assert measured.overload.capacity.overhead_s == pytest.approx(0.008)
     plan = measured.plan_step(0.0, running, queue, lanes())
     assert plan.admit == ["w"] and not plan.prefill_deferred
+
+
+def test_a_first_chunks_measured_way_to_audio_replaces_its_urgent_decode_and_later_chunks_keep_theirs():
+    from tests.scheduler.steps import waiting
+    from vllm_voxserve.scheduler.slack import waiting_slack
+
+    cfg, costs = SchedulerPolicyConfig(first_chunk_frames=5), CostModel()
+    extra = 0.03 - costs.urgent_codec_s(1)
+    request = waiting("w", arrival=1.0, tokens=40)
+    assert waiting_slack(request, 1.03, 64, costs, cfg, first_audio_s=0.03) == pytest.approx(
+        waiting_slack(request, 1.03, 64, costs, cfg) - extra)
+    first_chunk = StreamState("r", 0.9, frames_generated=3)
+    later_chunk = StreamState("s", 0.5, frames_generated=12, first_audio_time=0.7)
+    plain, measured = SlackEstimator(1.0, 48, costs, cfg), SlackEstimator(1.0, 48, costs, cfg, first_audio_s=0.03)
+    assert measured(first_chunk) == pytest.approx(plain(first_chunk) - extra)
+    assert measured(later_chunk) == plain(later_chunk)

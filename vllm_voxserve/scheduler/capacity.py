@@ -11,11 +11,18 @@ from the measured interval between LM steps:
 - codec: full background batches (`background_max_batch` chunks of `chunk_frames`) back to back on the codec
   partition. First chunks go to the urgent lane, whose frames are not counted against it.
 
+It also learns how long a first chunk takes from its cut to its audio leaving the worker (`first_audio_handover_s`,
+a high quantile of the latest): the urgent decode, and the wait for the step at which the worker collects it. The
+urgent decode's cost alone says about 2 ms; over a whole server start on the H200 the first chunks took p50 15-31 ms,
+p90 22-53 ms a 10 s line (2026-12-04_4af55f2, start 2: `first audio ms after cut`), so every prediction of a first
+audio came that much early.
+
 Pure: no torch, no vLLM; the clock is the caller's.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from vllm_voxserve.scheduler.costs import CostModel
@@ -38,6 +45,12 @@ class CapacityEstimate:
         return "codec" if self.codec_frames_per_s < self.backbone_frames_per_s else "backbone"
 
 
+# The hand-over's estimate: this quantile of the latest first audios, recomputed after every few new ones.
+_HANDOVER_QUANTILE = 0.9
+_HANDOVER_SAMPLES = 256
+_HANDOVER_REFRESH = 8
+
+
 class CapacityModel:
     def __init__(self, cfg: SchedulerPolicyConfig, costs: CostModel, smoothing: float = 0.1) -> None:
         if not 0 < smoothing <= 1:
@@ -47,6 +60,24 @@ class CapacityModel:
         self.smoothing = smoothing
         self.step_interval_s: float | None = None  # measured time from one LM step to the next (smoothed)
         self.overhead_s = 0.0  # measured step interval beyond the decode cost of its rows (smoothed)
+        self._handovers: deque[float] = deque(maxlen=_HANDOVER_SAMPLES)  # the latest first chunks' cut to audio
+        self._handover_s: float | None = None
+        self._unsorted = 0  # hand-overs since the estimate was computed
+
+    def observe_first_audio(self, handover_s: float) -> None:
+        """A first chunk's audio left the worker `handover_s` after the chunk was cut."""
+        if handover_s < 0:
+            return
+        self._handovers.append(handover_s)
+        self._unsorted += 1
+        if self._handover_s is None or self._unsorted >= _HANDOVER_REFRESH:
+            ranked = sorted(self._handovers)
+            self._handover_s = ranked[int(_HANDOVER_QUANTILE * (len(ranked) - 1))]
+            self._unsorted = 0
+
+    def first_audio_handover_s(self) -> float:
+        """From a first chunk's cut to its audio: as measured, or the urgent decode's cost before any was."""
+        return self._handover_s if self._handover_s is not None else self.costs.urgent_codec_s(1)
 
     def observe_step(self, interval_s: float, rows: int) -> None:
         """One LM step took `interval_s` from its start to the next step's start and decoded `rows` requests."""

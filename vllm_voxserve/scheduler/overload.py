@@ -125,7 +125,7 @@ class OverloadGuard:
         """Predicted time from now to the request's first audio."""
         step = self.step_s(running + queued_ahead + 1)
         rounds_ahead = queued_ahead // self.cfg.max_prefills_per_step
-        own = self.costs.prefill_s(request.prompt_tokens) + self.costs.urgent_codec_s(1)
+        own = self.costs.prefill_s(request.prompt_tokens) + self.capacity.first_audio_handover_s()
         return (rounds_ahead + self.cfg.first_chunk_frames) * step + own
 
     def frame_demand(

@@ -51,6 +51,8 @@ class Planner:
     def observe(self, report: StepReport) -> None:
         for sample in report.costs:
             self.costs.observe(sample)
+        for handover_s in report.first_audio_handovers:
+            self.overload.capacity.observe_first_audio(handover_s)
 
     def on_arrival(
         self, now: float, request: WaitingRequest, streams: Sequence[StreamState], waiting: Sequence[WaitingRequest]
@@ -89,13 +91,14 @@ class Planner:
         plan.reject = self.overload.shed_waiting(now, waiting, len(active))
         rejected = {r.request_id for r in plan.reject}
         candidates = [w for w in waiting if w.request_id not in rejected] if rejected else waiting
-        overhead_s = self.overload.capacity.overhead_s  # measured: the steps' time beyond their decode cost
-        slack = slacks(active, now, self.costs, self.cfg, overhead_s)
+        # measured: the steps' time beyond their decode cost, and a first chunk's from its cut to its audio
+        overhead_s, to_audio_s = self.overload.capacity.overhead_s, self.overload.capacity.first_audio_handover_s()
+        slack = slacks(active, now, self.costs, self.cfg, overhead_s, to_audio_s)
         next_step_s = self.overload.step_s(len(active))
         head_slack = INFINITE_SLACK
         if candidates and self.cfg.deadline_aware:
             batch = min(len(active) + 1, self.cfg.max_decode_batch)
-            head_slack = waiting_slack(candidates[0], now, batch, self.costs, self.cfg, overhead_s)
+            head_slack = waiting_slack(candidates[0], now, batch, self.costs, self.cfg, overhead_s, to_audio_s)
             if head_slack < 0:
                 head_slack = INFINITE_SLACK  # past saving, like a late running request (`min_slack`)
         decision = self.admission.decide(now, candidates, min_slack(slack.values()), next_step_s,

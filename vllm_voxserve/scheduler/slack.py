@@ -20,11 +20,12 @@ class SlackEstimator:
     so a first chunk of 5 frames had 10-45 ms less slack than a deferred prefill was given."""
 
     def __init__(self, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig,
-                 overhead_s: float = 0.0) -> None:
+                 overhead_s: float = 0.0, first_audio_s: float | None = None) -> None:
         self.now = now
         self.cfg = cfg
         self.step_s = costs.decode_step_s(decode_batch) + overhead_s
-        self.first_codec_s = costs.urgent_codec_s(1)
+        # from a first chunk's cut to its audio (`CapacityModel.first_audio_handover_s`); None: the urgent decode
+        self.first_codec_s = costs.urgent_codec_s(1) if first_audio_s is None else first_audio_s
         self.later_codec_s = costs.background_codec_s(1)
 
     def __call__(self, stream: StreamState) -> float:
@@ -50,14 +51,15 @@ class SlackEstimator:
 
 def waiting_slack(
     request: WaitingRequest, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig,
-    overhead_s: float = 0.0,
+    overhead_s: float = 0.0, first_audio_s: float | None = None,
 ) -> float:
     """How long a waiting request can still wait for its prefill: its first chunk's deadline (arrival + T), minus
-    now, its prefill, its first chunk's frames at the step of `decode_batch` rows (`overhead_s` included, as in
-    `SlackEstimator`) and the chunk's decode."""
+    now, its prefill, its first chunk's frames at the step of `decode_batch` rows and the chunk's way to audio
+    (`overhead_s` and `first_audio_s` as in `SlackEstimator`)."""
     step_s = costs.decode_step_s(decode_batch) + overhead_s
+    to_audio_s = costs.urgent_codec_s(1) if first_audio_s is None else first_audio_s
     return (request.arrival_time + cfg.ttfa_target_s - now - costs.prefill_s(request.prompt_tokens)
-            - cfg.first_chunk_frames * step_s - costs.urgent_codec_s(1))
+            - cfg.first_chunk_frames * step_s - to_audio_s)
 
 
 def generating(streams: Iterable[StreamState]) -> list[StreamState]:
@@ -66,12 +68,13 @@ def generating(streams: Iterable[StreamState]) -> list[StreamState]:
 
 
 def slacks(
-    active: Sequence[StreamState], now: float, costs: CostModel, cfg: SchedulerPolicyConfig, overhead_s: float = 0.0
+    active: Sequence[StreamState], now: float, costs: CostModel, cfg: SchedulerPolicyConfig, overhead_s: float = 0.0,
+    first_audio_s: float | None = None,
 ) -> dict[str, float]:
     """Slack of each generating request, at the decode batch they make together (`SlackEstimator`)."""
     if not active:
         return {}
-    slack = SlackEstimator(now, min(len(active), cfg.max_decode_batch), costs, cfg, overhead_s)
+    slack = SlackEstimator(now, min(len(active), cfg.max_decode_batch), costs, cfg, overhead_s, first_audio_s)
     return {s.request_id: slack(s) for s in active}
 
 
