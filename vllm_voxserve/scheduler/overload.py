@@ -11,7 +11,8 @@ from the cost model and the measured step interval, both updated online.
      stream's first chunk (the urgent lane's), against the codec lane. Checking the backbone alone admitted up to
      what the backbone makes while the codec lane, short of it, fell behind: every admitted stream stalled; or
   2. its predicted first audio (the prefills queued ahead of it, its own, its first chunk at the predicted step
-     interval, one urgent codec call) is later than T.
+     interval, and the first chunk's way to audio as measured, `CapacityModel.first_audio_handover_s`) is later
+     than T.
 - While waiting, reject a request that can no longer reach its first audio within T: serving it late would cost
   running streams their deadlines and still miss.
 - Before either rule, with `feedback_limit`, refuse an arrival past the limit on requests in progress that
