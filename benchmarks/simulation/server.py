@@ -15,8 +15,9 @@
   ends, as the served worker collects finished batches once a step after the step's forward (on the H200 a first
   chunk took p50 15-31 ms from its cut to its audio, where its decode took about 2 ms, 2026-12-04_4af55f2). The
   urgent lane (one batch in flight) takes no other batch until then; the background lane queues its next batch
-  behind the running one, so it is free at once. Off: audio leaves when its batch ends. Either way each first audio's time from its chunk's
-  last frame to its audio goes to the planner in the step report, as the served worker reports it.
+  behind the running one, so it is free at once. Off: audio leaves when its batch ends. Either way each first
+  audio's time from its chunk's last frame to its audio goes to the planner in the step report, as the served
+  worker reports it.
 - Not modelled: HTTP and transport latency, the prefill's effect on the background lane, KV-cache limits.
 """
 

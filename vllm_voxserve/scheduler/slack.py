@@ -17,14 +17,15 @@ class SlackEstimator:
     (`capacity.CapacityModel.overhead_s`: host time between steps, packed prefills, urgent codec calls). The decode
     cost alone made every slack too long by the overhead of each frame still to make: on the H200 the device
     waited p50 2-9 ms before each step where the engine's thread was the bottleneck (2026-12-04_4af55f2, start 3),
-    so a first chunk of 5 frames had 10-45 ms less slack than a deferred prefill was given."""
+    so a first chunk of 5 frames had 10-45 ms less slack than a deferred prefill was given. A first chunk's audio
+    follows its cut after `first_audio_s` (`capacity.CapacityModel.first_audio_handover_s`), not the urgent decode's
+    cost alone: the worker hands it over at a later step."""
 
     def __init__(self, now: float, decode_batch: int, costs: CostModel, cfg: SchedulerPolicyConfig,
                  overhead_s: float = 0.0, first_audio_s: float | None = None) -> None:
         self.now = now
         self.cfg = cfg
         self.step_s = costs.decode_step_s(decode_batch) + overhead_s
-        # from a first chunk's cut to its audio (`CapacityModel.first_audio_handover_s`); None: the urgent decode
         self.first_codec_s = costs.urgent_codec_s(1) if first_audio_s is None else first_audio_s
         self.later_codec_s = costs.background_codec_s(1)
 
