@@ -45,9 +45,11 @@ class CapacityEstimate:
         return "codec" if self.codec_frames_per_s < self.backbone_frames_per_s else "backbone"
 
 
-# The hand-over's estimate: this quantile of the latest first audios, recomputed after every few new ones.
+# The hand-over's estimate: this quantile of the latest first audios, recomputed after every few new ones. A burst
+# onto an idle server (a benchmark's warm-up, a client's reconnect) hands over slowly; 64 first audios let its
+# samples age out within about a second at a hundred arrivals a second, where 256 kept predictions late for three.
 _HANDOVER_QUANTILE = 0.9
-_HANDOVER_SAMPLES = 256
+_HANDOVER_SAMPLES = 64
 _HANDOVER_REFRESH = 8
 
 
