@@ -11,6 +11,9 @@
   log-normal jitter; the planner sees only the durations the "GPU" took, as cost samples in a `StepReport`.
 - `host_overhead_s` adds host time to every LM step that the cost samples do not carry (on a GPU the planner learns
   device times; the host gap shows only in the step interval).
+- `host_per_codec_batch_s` adds host time to the next LM step for every codec batch, whatever its size (the
+  served pump's launch and hand-over; on the H200 small background batches cost 1.4-1.7x more host time a frame
+  than full ones, 2026-12-04_9d9481d).
 - `handover_at_step`: a codec batch that finishes while an LM step runs hands its audio over only when that step
   ends, as the served worker collects finished batches once a step after the step's forward (on the H200 a first
   chunk took p50 15-31 ms from its cut to its audio, where its decode took about 2 ms, 2026-12-04_4af55f2). The
@@ -26,6 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -54,6 +58,9 @@ class GpuModel:
     # host time a step per decoded request (input preparation and output processing grow with the batch): the part
     # of the step the cost model does not see and that grows with load
     host_per_row_s: float = 0.0
+    # host time of each codec batch (launch and hand-over of its audio), on the engine's thread, so it lengthens the
+    # next LM step: what makes small background batches cost host time that full ones share
+    host_per_codec_batch_s: float = 0.0
     handover_at_step: bool = False  # audio of a codec batch leaves at the end of the LM step it finished in
 
 
@@ -83,6 +90,7 @@ class SimulatedServer:
         self.lm_debt_s = 0.0
         self.background_debt_s = 0.0
         self.prefill_deferrals = 0
+        self.codec_batches: Counter[str] = Counter()  # per lane: batches launched and the chunks they carried
         self.pending_wake: float | None = None
         self.samples: list[CostSample] = []
         self.first_ready: dict[str, float] = {}  # when each request's first chunk had all its frames
@@ -211,7 +219,11 @@ class SimulatedServer:
     def _launch_codec(self, now: float, batch: list[ReadyChunk], kind: str, done: str) -> None:
         for chunk in batch:
             self.streams[chunk.request_id].chunk_in_flight = True
+        lane = kind.removesuffix("_codec")
+        self.codec_batches[f"{lane}_batches"] += 1
+        self.codec_batches[f"{lane}_chunks"] += len(batch)
         seconds = self._run_cost(kind, len(batch))
+        self.lm_debt_s += self.gpu.host_per_codec_batch_s
         if kind == "urgent_codec" and self.lm_busy:
             self.lm_debt_s += self.gpu.urgent_interference * seconds
         if kind == "urgent_codec" and self.lanes.background_busy:

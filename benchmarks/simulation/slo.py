@@ -58,6 +58,8 @@ class RateResult:
     ttfa_p99_ms: float | None
     prefill_deferrals: int
     completed_in_window: int = 0
+    # codec batches launched on each lane and the chunks they carried ("background_batches", "urgent_chunks", ...)
+    codec_batches: dict[str, int] = field(default_factory=dict)
 
     @property
     def attainment(self) -> float:
@@ -94,6 +96,7 @@ def summarize(
     ttfa_target_s: float,
     deferrals: int,
     window_end_s: float | None = None,
+    codec_batches: dict[str, int] | None = None,
 ) -> RateResult:
     """`window_s`: total arrival time pooled over seeds; `window_end_s`: when one seed's arrivals stop."""
     end = window_s if window_end_s is None else window_end_s
@@ -111,6 +114,7 @@ def summarize(
         ttfa_p99_ms=percentile_ms(ttfas, 0.99),
         prefill_deferrals=deferrals,
         completed_in_window=sum(o.completed and o.completed_at is not None and o.completed_at <= end for o in outcomes),
+        codec_batches=dict(codec_batches or {}),
     )
 
 

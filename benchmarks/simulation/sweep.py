@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Sequence
 
 from benchmarks.simulation.server import GpuModel, SimulatedServer
@@ -59,13 +60,14 @@ def simulate_rate(
 ) -> RateResult:
     """One offered rate, pooled over `seeds` (each seed: its own arrivals, text order and cost jitter)."""
     cfg = mode_config(mode, base)
-    outcomes, deferrals = [], 0
+    outcomes, deferrals, batches = [], 0, Counter()
     for seed in seeds:
         server = SimulatedServer(cfg, gpu, seed)
         requests = poisson_workload(rate, window_s, seed, word_counts)
         outcomes += server.run(requests, window_s + DRAIN_S)
         deferrals += server.prefill_deferrals
-    return summarize(mode, rate, window_s * len(seeds), outcomes, cfg.ttfa_target_s, deferrals, window_s)
+        batches += server.codec_batches
+    return summarize(mode, rate, window_s * len(seeds), outcomes, cfg.ttfa_target_s, deferrals, window_s, batches)
 
 
 def sweep(

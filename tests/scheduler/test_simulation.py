@@ -122,3 +122,32 @@ def test_with_the_hand_over_at_the_step_first_audio_waits_for_the_lm_step_and_it
     assert sum(t in step_ends for t in firsts) > 0.9 * len(firsts)
     decode_s = server.gpu.seed.urgent_codec(1)
     assert min(handovers) > 0.8 * decode_s and sum(handovers) / len(handovers) > 2 * decode_s
+
+
+def test_each_codec_batch_lengthens_the_next_lm_step_by_its_host_time_and_is_counted():
+    from benchmarks.simulation.server import GpuModel
+
+    gpu = GpuModel(host_per_codec_batch_s=0.002, urgent_interference=0.0)
+    server = SimulatedServer(mode_config("deadline_aware_shed"), gpu, seed=1)
+    pending, debts = [0], []
+    launch_codec, launch_lm = server._launch_codec, server._launch_lm
+
+    def on_codec(now, batch, kind, done):
+        pending[0] += 1
+        launch_codec(now, batch, kind, done)
+
+    def on_lm(now, admit, decode):
+        debt = server.lm_debt_s
+        launch_lm(now, admit, decode)
+        if server.lm_busy and server.lm_debt_s == 0.0:  # this step took the debt
+            debts.append((debt, 0.002 * pending[0]))
+            pending[0] = 0
+
+    server._launch_codec, server._launch_lm = on_codec, on_lm
+    outcomes = server.run(poisson_workload(40.0, 5.0, seed=1, word_counts=load_word_counts()), horizon_s=60.0)
+    assert sum(1 for debt, _ in debts if debt > 0) > 100
+    assert all(debt == pytest.approx(expected) for debt, expected in debts)
+    batches = server.codec_batches
+    assert batches["urgent_batches"] > 0 and batches["background_batches"] > 0
+    delivered = sum(len(o.audio) for o in outcomes)
+    assert batches["urgent_chunks"] + batches["background_chunks"] == delivered  # each chunk in one batch
