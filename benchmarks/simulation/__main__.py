@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="{}", help="JSON overrides of SchedulerPolicyConfig")
     parser.add_argument("--gpu-config", default="{}",
                         help='JSON overrides of the simulated GPU (GpuModel), e.g. {"host_per_row_s": 1e-5}')
+    parser.add_argument("--max-words", type=int, default=None,
+                        help="only LibriTTS texts of at most this many words (a short-utterance workload)")
     parser.add_argument("--out", type=Path, default=Path("simulation.json"))
     args = parser.parse_args(argv)
 
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     factors = [float(f) for f in args.overload_factors.split(",") if f]
-    summary = study(modes, parse_rates(args.rates), args.window, seeds, factors, args.reference, base, gpu)
+    summary = study(modes, parse_rates(args.rates), args.window, seeds, factors, args.reference, base, gpu,
+                    args.max_words)
     args.out.write_text(json.dumps(summary, indent=1))
 
     capacity = " ".join(f"{m}={c:g}" for m, c in summary["capacity_90"].items())

@@ -111,10 +111,12 @@ def study(
     reference_mode: str = "deadline_aware",
     base: SchedulerPolicyConfig | None = None,
     gpu: GpuModel | None = None,
+    max_words: int | None = None,
 ) -> dict:
     """Sweep every mode, take `reference_mode`'s SLO capacity (at 90 %), and run every mode at each of
-    `overload_factors` times it. Goodput there is given as a share of the mode's own peak and of that capacity."""
-    words = load_word_counts()
+    `overload_factors` times it. Goodput there is given as a share of the mode's own peak and of that capacity.
+    `max_words`: only texts of at most that many words."""
+    words = load_word_counts(max_words=max_words)
     results = {m: sweep(m, rates, window_s, seeds, base, gpu, words) for m in modes}
     capacities = {m: capacity(r) for m, r in results.items()}
     reference = capacities.get(reference_mode) or max(capacities.values())
@@ -133,6 +135,7 @@ def study(
             }
     return {
         "window_s": window_s,
+        "max_words": max_words,
         "seeds": list(seeds),
         "rates": list(rates),
         "reference_mode": reference_mode,

@@ -34,12 +34,19 @@ class SimRequest:
     frames: int  # what the model will actually generate
 
 
-def load_word_counts(path: Path | None = None) -> list[int] | None:
+def load_word_counts(path: Path | None = None, max_words: int | None = None) -> list[int] | None:
+    """Words of each LibriTTS text; with `max_words`, of those of at most that many words (the short-utterance
+    workload of the served benchmark's `--max-words`)."""
+    if max_words is not None and max_words < 1:
+        raise ValueError(f"max_words must be >= 1, got {max_words}")
     candidates = (path,) if path else TEXT_FILES
     for candidate in candidates:
         if candidate and candidate.is_file():
             lines = candidate.read_text(encoding="utf-8").splitlines()[1:]
-            return [len(line.split("\t", 1)[1].split()) for line in lines if "\t" in line]
+            counts = [len(line.split("\t", 1)[1].split()) for line in lines if "\t" in line]
+            return [c for c in counts if max_words is None or c <= max_words]
+    if max_words is not None:
+        raise FileNotFoundError("a short-utterance workload needs the LibriTTS texts (benchmarks/data)")
     return None
 
 

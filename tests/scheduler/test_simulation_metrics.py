@@ -5,7 +5,7 @@ import pytest
 from benchmarks.simulation.__main__ import main
 from benchmarks.simulation.slo import RequestOutcome, slo_capacity
 from benchmarks.simulation.sweep import parse_rates
-from benchmarks.simulation.workload import FRAMES_PER_WORD, poisson_workload
+from benchmarks.simulation.workload import FRAMES_PER_WORD, load_word_counts, poisson_workload
 
 
 def outcome(audio, arrival=0.0):
@@ -37,6 +37,17 @@ def test_rates_and_workload():
     assert requests == poisson_workload(50, 20.0, seed=3, word_counts=[10, 20, 30])  # seeded
 
 
+def test_the_short_utterance_workload_keeps_the_texts_of_at_most_so_many_words(tmp_path):
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("id\ttext\na\tone two three\nb\tone\nc\t" + "w " * 20 + "\n", encoding="utf-8")
+    assert load_word_counts(texts) == [3, 1, 20]
+    assert load_word_counts(texts, max_words=3) == [3, 1]
+    with pytest.raises(ValueError, match="max_words"):
+        load_word_counts(texts, max_words=0)
+    libritts = load_word_counts(max_words=12)
+    assert libritts and max(libritts) <= 12 and len(libritts) < len(load_word_counts())
+
+
 def test_cli_prints_capacity_and_goodput_per_overload_factor_and_writes_json(tmp_path, capsys):
     out = tmp_path / "sim.json"
     assert main(["--modes", "deadline_aware_shed", "--rates", "8,16", "--window", "3", "--overload-factors",
@@ -48,3 +59,14 @@ def test_cli_prints_capacity_and_goodput_per_overload_factor_and_writes_json(tmp
     assert data["capacity_90"]["deadline_aware_shed"] == 16
     assert set(data["overload"]) == {"1.5", "2"} and data["overload"]["2"]["rate"] == 32
     assert len(data["results"]["deadline_aware_shed"]) == 2
+    assert data["max_words"] is None
+    batches = data["results"]["deadline_aware_shed"][0]["codec_batches"]
+    assert batches["urgent_batches"] > 0 and batches["urgent_chunks"] >= batches["urgent_batches"]
+
+
+def test_cli_runs_the_short_utterance_workload(tmp_path):
+    out = tmp_path / "short.json"
+    assert main(["--modes", "deadline_aware_shed", "--rates", "8", "--window", "3", "--max-words", "12",
+                 "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["max_words"] == 12 and data["results"]["deadline_aware_shed"][0]["offered"] > 0
