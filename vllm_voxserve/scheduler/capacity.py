@@ -46,8 +46,8 @@ class CapacityEstimate:
 
 
 # The hand-over's estimate: this quantile of the latest first audios, recomputed after every few new ones. A burst
-# onto an idle server (a benchmark's warm-up, a client's reconnect) hands over slowly; 64 first audios let its
-# samples age out within about a second at a hundred arrivals a second, where 256 kept predictions late for three.
+# onto an idle server (a benchmark's warm-up, a client's reconnect) hands over slowly; with 64 first audios its
+# samples age out within about a second at a hundred arrivals a second (256 would keep predictions late for three).
 _HANDOVER_QUANTILE = 0.9
 _HANDOVER_SAMPLES = 64
 _HANDOVER_REFRESH = 8
