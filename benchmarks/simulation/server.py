@@ -21,6 +21,8 @@
   behind the running one, so it is free at once. Off: audio leaves when its batch ends. Either way each first
   audio's time from its chunk's last frame to its audio goes to the planner in the step report, as the served
   worker reports it.
+- `codec_at_step`: codec batches launch only between LM steps, as the served worker plans and launches the lanes
+  once a step after its forward; off, whenever a lane is free and the policy says so.
 - Not modelled: HTTP and transport latency, the prefill's effect on the background lane, KV-cache limits.
 """
 
@@ -62,6 +64,7 @@ class GpuModel:
     # next LM step: what makes small background batches cost host time that full ones share
     host_per_codec_batch_s: float = 0.0
     handover_at_step: bool = False  # audio of a codec batch leaves at the end of the LM step it finished in
+    codec_at_step: bool = False  # codec batches launch only between LM steps (the served pump runs once a step)
 
 
 @dataclass(order=True, slots=True)
@@ -202,10 +205,11 @@ class SimulatedServer:
                     self.streams[request.request_id] = StreamState.admitted(request)
             self.waiting = [w for w in self.waiting if w.request_id not in admitted | rejected]
         self.prefill_deferrals += plan.prefill_deferred
-        if plan.urgent:
+        codec_now = not (self.gpu.codec_at_step and self.lm_busy)  # else the chunks wait for the step's end
+        if plan.urgent and codec_now:
             self._launch_codec(now, plan.urgent, "urgent_codec", "urgent_done")
             self.lanes.urgent_busy = True
-        if plan.background:
+        if plan.background and codec_now:
             self._launch_codec(now, plan.background, "background_codec", "background_done")
             self.lanes.background_busy = True
         if not self.lm_busy:

@@ -151,3 +151,20 @@ def test_each_codec_batch_lengthens_the_next_lm_step_by_its_host_time_and_is_cou
     assert batches["urgent_batches"] > 0 and batches["background_batches"] > 0
     delivered = sum(len(o.audio) for o in outcomes)
     assert batches["urgent_chunks"] + batches["background_chunks"] == delivered  # each chunk in one batch
+
+
+def test_with_the_codec_at_the_step_batches_launch_only_between_lm_steps():
+    from benchmarks.simulation.server import GpuModel
+
+    server = SimulatedServer(mode_config("deadline_aware_shed"), GpuModel(codec_at_step=True), seed=1)
+    busy_at_launch = []
+    launch_codec = server._launch_codec
+
+    def on_codec(now, batch, kind, done):
+        busy_at_launch.append(server.lm_busy)
+        launch_codec(now, batch, kind, done)
+
+    server._launch_codec = on_codec
+    outcomes = server.run(poisson_workload(40.0, 5.0, seed=1, word_counts=load_word_counts()), horizon_s=60.0)
+    assert len(busy_at_launch) > 100 and not any(busy_at_launch)
+    assert all(o.completed or o.rejected for o in outcomes)
