@@ -12,7 +12,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-FRAMES_PER_WORD = 5.2
+from benchmarks.workload import FRAMES_PER_WORD, load_texts, word_count
+
 PROMPT_TEMPLATE_TOKENS = 16  # role and codec-prefix tokens around the text (assumed)
 TOKENS_PER_WORD = 1.3
 LENGTH_SPREAD = 0.15  # sd of log(true frames / estimated frames), assumed
@@ -35,16 +36,12 @@ class SimRequest:
 
 
 def load_word_counts(path: Path | None = None, max_words: int | None = None) -> list[int] | None:
-    """Words of each LibriTTS text; with `max_words`, of those of at most that many words (the short-utterance
-    workload of the served benchmark's `--max-words`)."""
-    if max_words is not None and max_words < 1:
-        raise ValueError(f"max_words must be >= 1, got {max_words}")
+    """Words of each LibriTTS text, read as the served benchmark reads them (`benchmarks.workload.load_texts`); with
+    `max_words`, of those of at most that many words (the served benchmark's `--max-words`)."""
     candidates = (path,) if path else TEXT_FILES
     for candidate in candidates:
         if candidate and candidate.is_file():
-            lines = candidate.read_text(encoding="utf-8").splitlines()[1:]
-            counts = [len(line.split("\t", 1)[1].split()) for line in lines if "\t" in line]
-            return [c for c in counts if max_words is None or c <= max_words]
+            return [word_count(text) for text in load_texts(candidate, max_words)]
     if max_words is not None:
         raise FileNotFoundError("a short-utterance workload needs the LibriTTS texts (benchmarks/data)")
     return None

@@ -39,7 +39,7 @@ def test_rates_and_workload():
 
 def test_the_short_utterance_workload_keeps_the_texts_of_at_most_so_many_words(tmp_path):
     texts = tmp_path / "texts.tsv"
-    texts.write_text("id\ttext\na\tone two three\nb\tone\nc\t" + "w " * 20 + "\n", encoding="utf-8")
+    texts.write_text("utt_id\ttext\na\tone two three\nb\tone\nc\t" + "w " * 20 + "\n", encoding="utf-8")
     assert load_word_counts(texts) == [3, 1, 20]
     assert load_word_counts(texts, max_words=3) == [3, 1]
     with pytest.raises(ValueError, match="max_words"):
