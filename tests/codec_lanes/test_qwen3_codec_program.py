@@ -254,7 +254,7 @@ def test_bf16_codec_on_the_cpu_stays_near_the_float32_full_decode():
     init_codec_decoder_weights(decoder, seed=0)
     float32 = copy.deepcopy(decoder)
     bf16 = decoder.to(torch.bfloat16)
-    codes = torch.randint(0, 2048, (1, 15, 16), generator=torch.Generator().manual_seed(3))
+    codes = torch.randint(0, 2048, (1, 7, 16), generator=torch.Generator().manual_seed(3))  # bf16 is slow on CPU
     pool = CodecStatePool(bf16.config, 2, torch.bfloat16, "cpu")
     slots = torch.arange(1)
     audio = torch.cat([decode_chunk(bf16, codes[:, :5], slots, pool).float(),

@@ -92,7 +92,7 @@ import torch
 from vllm_voxserve.models.qwen3_tts import cp_kernels
 g = torch.Generator().manual_seed(2)
 for vocab, k in ((2048, 50), (1000, 64)):  # a vocabulary that is not a power of two is padded
-    logits = torch.randn(5, vocab, generator=g) * 3
+    logits = torch.randn(2, vocab, generator=g) * 3  # rows are slow in the interpreter
     logits[0, 7] = logits[0, 9] = 50.0  # a tie: the lower id first
     values, ids = cp_kernels.top_candidates_triton(logits, k)
     want_values, want_ids = logits.topk(k)
