@@ -36,7 +36,7 @@ def server(checkpoint, server_log):
     # Overload shedding off: on this CPU concurrent requests cannot meet the 200 ms TTFA and would be answered 503
     # by design (tests/entrypoints/test_overload.py covers that path).
     voxserve = {"voxserve": {"scheduler": {"overload_mode": "off"}}}
-    # The README's spelling, `vllm serve MODEL --plugin voxserve` without VLLM_PLUGINS (the other servers set it)
+    # The README's spelling, `vllm serve MODEL --plugin voxserve` without VLLM_PLUGINS (most other test servers set it)
     with speech_server(checkpoint, spelling="flag", log_path=log,
                        extra_args=("--additional-config", json.dumps(voxserve))) as url:
         yield url
