@@ -21,7 +21,7 @@
 #     overload start a sweep at the explicit RATES (one seed) in the background: goodput past capacity; run it after
 #              the sweep, as the in-progress limit it lowers takes seconds to grow back (2026-12-04_904736d)
 #     wait     wait for the background sweep until CALL_S (560) seconds after this script started, then copy its
-#              record, its log and the step log (a sweep of four rates still had its record cut 15 s after CALL_S:
+#              record, its log and the step log (a sweep three rates in still had its record cut 15 s after CALL_S:
 #              keep CALL_S 40 s or more under the command's time limit)
 #     profile  py-spy the engine core's and the API server's Python stacks for PROFILE_S (10) seconds in the middle of
 #              a load at RATE req/s (one seed, WINDOW_S): where the host time of a step goes (py-spy among the
