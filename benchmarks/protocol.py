@@ -21,8 +21,24 @@ from benchmarks.metrics import (
 from benchmarks.record import request_timeline
 
 THRESHOLDS = (0.90, 0.99)
+# Where this plugin's server decided a refusal, told by its answer's wording (first match): refusals at arrival are
+# to be answered within 50 ms, a request held while its first audio could still come in time is shed later.
+REFUSAL_SOURCES = (("API server, at arrival", "at this API server"),
+                   ("engine core, held then shed", "could not start audio within"),
+                   ("engine core, at arrival", "server at capacity"))
+OTHER_REFUSAL = "other"
 GOODPUT_MULTIPLES = (1.5, 2.0)
 STABLE_POINTS = 1.0  # last third's attainment within this many points of the first third's
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalTimes:
+    """The refusals one place decided at one rate: how many, and the time from sending each to the end of its answer."""
+    source: str
+    count: int
+    p50_s: float | None
+    p90_s: float | None
+    p99_s: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +52,7 @@ class RateRow:
     failed_share: float  # failed, timed out or cancelled
     first_third: float | None  # attainment of requests scheduled in the first third of their window
     last_third: float | None
+    refusals_by_source: tuple[RefusalTimes, ...] = ()
 
     @property
     def third_drift_points(self) -> float | None:
@@ -53,7 +70,8 @@ class RateRow:
                 "failed_share": self.failed_share,
                 "num_stalled": s.num_stalled, "first_third_attainment": self.first_third,
                 "last_third_attainment": self.last_third, "third_drift_points": self.third_drift_points,
-                "cut_short": s.cut_short}
+                "cut_short": s.cut_short,
+                "refusals_by_source": [dataclasses.asdict(r) for r in self.refusals_by_source]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +128,29 @@ def _thirds(runs: Sequence[dict[str, Any]], timelines: Sequence[Sequence[Timelin
     return (sum(first) / len(first) if first else None), (sum(last) / len(last) if last else None)
 
 
-def _refusal_times(runs: Sequence[dict[str, Any]]) -> list[float]:
-    return [r["finished_s"] - r["sent_s"] for run in runs for r in run["requests"]
+def _refusals(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for run in runs for r in run["requests"]
             if r.get("outcome") == REJECTED and r.get("finished_s") is not None and r.get("sent_s") is not None]
+
+
+def _refusal_times(runs: Sequence[dict[str, Any]]) -> list[float]:
+    return [r["finished_s"] - r["sent_s"] for r in _refusals(runs)]
+
+
+def refusal_source(error: str | None) -> str:
+    """Which part of the server refused a request, from the message it answered with (`REFUSAL_SOURCES`)."""
+    return next((source for source, words in REFUSAL_SOURCES if words in (error or "")), OTHER_REFUSAL)
+
+
+def refusals_by_source(runs: Sequence[dict[str, Any]]) -> tuple[RefusalTimes, ...]:
+    """The refusals of `runs` grouped by where they were decided, in `REFUSAL_SOURCES` order, then any other."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for request in _refusals(runs):
+        times[refusal_source(request.get("error"))].append(request["finished_s"] - request["sent_s"])
+    order = [source for source, _ in REFUSAL_SOURCES] + [OTHER_REFUSAL]
+    return tuple(RefusalTimes(source, len(times[source]), percentile(times[source], 50),
+                              percentile(times[source], 90), percentile(times[source], 99))
+                 for source in order if times.get(source))
 
 
 def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateRow:
@@ -129,7 +167,8 @@ def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateR
                    attainment_per_seed=tuple(s.attainment for s in per_seed),
                    refused_share=sum(t.outcome == REJECTED for t in pooled_timelines) / n,
                    refusal_p99_s=percentile(_refusal_times(runs), 99),
-                   failed_share=pooled.num_failed / n, first_third=first, last_third=last)
+                   failed_share=pooled.num_failed / n, first_third=first, last_third=last,
+                   refusals_by_source=refusals_by_source(runs))
 
 
 def rate_rows(runs: Sequence[dict[str, Any]], slo: SloSpec) -> list[RateRow]:

@@ -5,9 +5,10 @@ Each record (one server start; a record of several modes gives one entry per mod
 records of one server start, e.g. its sweep and its overload rates) is recomputed from its requests
 (full or slimmed records): per rate, over its seeds, attainment pooled and per seed, p99 TTFA of admitted requests,
 goodput, shares refused (429/503) and failed, stalls, attainment in the first vs the last third of each window;
-capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed. Writes DIR/protocol.md (tables to
-paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots, one line per entry. A
-closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of requests in flight.
+capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed; refusals by where the server
+decided them (at the API server, at the engine core on arrival, or held then shed) with their answer times. Writes
+DIR/protocol.md (tables to paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots,
+one line per entry. A closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of requests in flight.
 """
 
 from __future__ import annotations
@@ -162,7 +163,18 @@ def rate_table(summary: ProtocolSummary, entry: Entry) -> list[str]:
              f"{'/'.join(f'{w:g}' for w in windows)} s windows.", "",
              "| rate (req/s) | attainment | per seed (%) | p99 TTFA, admitted | goodput (req/s) | refused (429/503) "
              "| failed | stalls | first → last third (%) |", "|" + "---|" * 9]
-    return lines + [_rate_line(row) for row in summary.rows]
+    return lines + [_rate_line(row) for row in summary.rows] + refusal_table(summary)
+
+
+def refusal_table(summary: ProtocolSummary) -> list[str]:
+    """Each rate's refusals by where the server decided them, with the time from sending to the answer."""
+    rows = [(row.rate, times) for row in summary.rows for times in row.refusals_by_source]
+    if not rows:
+        return []
+    lines = ["", "Refusals by where they were decided (time from sending to the end of the answer):", "",
+             "| rate (req/s) | refused by | count | p50 | p90 | p99 |", "|" + "---|" * 6]
+    return lines + [f"| {rate:g} | {t.source} | {t.count} | {_ms(t.p50_s)} | {_ms(t.p90_s)} | {_ms(t.p99_s)} |"
+                    for rate, t in rows]
 
 
 def concurrency_table(closed: list[Entry]) -> list[str]:
