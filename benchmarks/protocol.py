@@ -133,8 +133,8 @@ def _refusals(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             if r.get("outcome") == REJECTED and r.get("finished_s") is not None and r.get("sent_s") is not None]
 
 
-def _refusal_times(runs: Sequence[dict[str, Any]]) -> list[float]:
-    return [r["finished_s"] - r["sent_s"] for r in _refusals(runs)]
+def _answer_s(request: dict[str, Any]) -> float:
+    return request["finished_s"] - request["sent_s"]
 
 
 def refusal_source(error: str | None) -> str:
@@ -142,11 +142,11 @@ def refusal_source(error: str | None) -> str:
     return next((source for source, words in REFUSAL_SOURCES if words in (error or "")), OTHER_REFUSAL)
 
 
-def refusals_by_source(runs: Sequence[dict[str, Any]]) -> tuple[RefusalTimes, ...]:
-    """The refusals of `runs` grouped by where they were decided, in `REFUSAL_SOURCES` order, then any other."""
+def refusals_by_source(refused: Sequence[dict[str, Any]]) -> tuple[RefusalTimes, ...]:
+    """Refused requests grouped by where they were decided, in `REFUSAL_SOURCES` order, then any other."""
     times: dict[str, list[float]] = defaultdict(list)
-    for request in _refusals(runs):
-        times[refusal_source(request.get("error"))].append(request["finished_s"] - request["sent_s"])
+    for request in refused:
+        times[refusal_source(request.get("error"))].append(_answer_s(request))
     order = [source for source, _ in REFUSAL_SOURCES] + [OTHER_REFUSAL]
     return tuple(RefusalTimes(source, len(times[source]), percentile(times[source], 50),
                               percentile(times[source], 90), percentile(times[source], 99))
@@ -163,12 +163,13 @@ def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateR
     pooled = dataclasses.replace(pooled, cut_short=any(run.get("settled_early") for run in runs))
     n = pooled.num_requests or 1
     first, last = _thirds(runs, timelines, slo)
+    refused = _refusals(runs)
     return RateRow(rate=rate, seeds=tuple(run["seed"] for run in runs), pooled=pooled,
                    attainment_per_seed=tuple(s.attainment for s in per_seed),
                    refused_share=sum(t.outcome == REJECTED for t in pooled_timelines) / n,
-                   refusal_p99_s=percentile(_refusal_times(runs), 99),
+                   refusal_p99_s=percentile([_answer_s(r) for r in refused], 99),
                    failed_share=pooled.num_failed / n, first_third=first, last_third=last,
-                   refusals_by_source=refusals_by_source(runs))
+                   refusals_by_source=refusals_by_source(refused))
 
 
 def rate_rows(runs: Sequence[dict[str, Any]], slo: SloSpec) -> list[RateRow]:

@@ -8,7 +8,8 @@ goodput, shares refused (429/503) and failed, stalls, attainment in the first vs
 capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed; refusals by where the server
 decided them (at the API server, at the engine core on arrival, or held then shed) with their answer times. Writes
 DIR/protocol.md (tables to paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots,
-one line per entry. A closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of requests in flight.
+one line per entry. A closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of
+requests in flight.
 """
 
 from __future__ import annotations
