@@ -15,7 +15,7 @@ worker's report and the scheduler read one clock (tests and the simulation pass 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 # --- audio --------------------------------------------------------------------------------------------------------
 
@@ -101,16 +101,28 @@ REJECTION_PREFIX = "voxserve-overload:"  # the scheduler rejected it before it s
 FAILURE_PREFIX = "voxserve-failed:"  # the worker failed it: the error follows
 
 
-def encode_rejection(retry_after_s: float, reason: str) -> str:
-    return f"{REJECTION_PREFIX}{retry_after_s:.3f}:{reason}"
+_BY_LIMIT, _BY_LOAD = "limit", "load"
 
 
-def decode_rejection(stop_reason: Any) -> tuple[float, str] | None:
-    """(retry_after_s, reason) if `stop_reason` says the scheduler rejected the request, else None."""
+class EngineRejection(NamedTuple):
+    retry_after_s: float
+    reason: str
+    # refused for the number of requests in progress alone (the scheduler's in-progress limit): the API server may
+    # then refuse arrivals itself while it has as many in progress (`entrypoints.rank_choice`)
+    by_limit: bool = False
+
+
+def encode_rejection(retry_after_s: float, reason: str, by_limit: bool = False) -> str:
+    return f"{REJECTION_PREFIX}{retry_after_s:.3f}:{_BY_LIMIT if by_limit else _BY_LOAD}:{reason}"
+
+
+def decode_rejection(stop_reason: Any) -> EngineRejection | None:
+    """What the scheduler said when `stop_reason` says it rejected the request, else None."""
     if not isinstance(stop_reason, str) or not stop_reason.startswith(REJECTION_PREFIX):
         return None
-    retry, _, reason = stop_reason[len(REJECTION_PREFIX):].partition(":")
-    return float(retry), reason
+    retry, _, rest = stop_reason[len(REJECTION_PREFIX):].partition(":")
+    kind, _, reason = rest.partition(":")
+    return EngineRejection(float(retry), reason, kind == _BY_LIMIT)
 
 
 def encode_failure(error: str) -> str:

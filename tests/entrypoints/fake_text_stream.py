@@ -83,6 +83,10 @@ class FakeTextService:
         self.served_models = ["tiny"]
         self.streams: list[FakeTextStream] = []
         self.stream_args = stream_args
+        self.engine_full: tuple[str, float] | None = None  # what `refusal_at_arrival` answers
+
+    def refusal_at_arrival(self, now: float) -> tuple[str, float] | None:
+        return self.engine_full
 
     def open_text_stream(self, request) -> FakeTextStream:
         if request.voice == "nobody":

@@ -36,9 +36,12 @@ BODY = {"input": "Hello there.", "voice": "ryan"}
 class FakeService:
     """What the route needs of SpeechService: prepare() and synthesize()."""
 
+    refusal_at_arrival = SpeechService.refusal_at_arrival
+
     def __init__(self, outcome):
         self.outcome = outcome  # a list of chunks, or an exception raised before the first chunk
         self.config = VoxServeConfig()
+        self.ranks = RankChoice(1)
 
     def prepare(self, request):
         return None, [0], None
@@ -112,6 +115,38 @@ def test_past_the_edge_limit_an_arrival_is_refused_before_the_service_sees_it():
     response = test_client.post("/v1/audio/speech", json={**BODY, "stream": True, "response_format": "pcm"})
     assert response.status_code == 200 and len(response.content) == 1920 * 2 and len(seen) == 1
     assert edge.in_progress == 0
+
+
+def test_while_the_engine_refuses_for_its_requests_in_progress_an_arrival_is_refused_before_it_is_read():
+    """The engine's in-progress limit refused a request at as many streams open here as now: the next arrival is
+    answered 503 at once, unread and unsent, as the API server's own refusal; once a stream ends it goes through."""
+    import time
+
+    from prometheus_client import REGISTRY, generate_latest
+
+    from tests.entrypoints.prometheus_text import sample_value
+
+    def refusals(reason: str) -> float:
+        text = generate_latest(REGISTRY).decode()
+        return sample_value(text, "vllm:voxserve_requests_refused_total", reason=reason) or 0.0
+
+    test_client = client([np.zeros(1920, np.float32)])
+    service = test_client.app.state.voxserve_speech
+    seen = []
+    service.prepare = lambda request: seen.append(request) or (None, [0], None)
+    for _ in range(3):
+        service.ranks.opened(0)
+    service.ranks.opened(0)
+    service.ranks.refused(0, time.monotonic(), retry_after_s=1.0, by_limit=True)  # at 3 open streams
+    before = refusals("api_server_limit"), refusals("overloaded")
+    response = test_client.post("/v1/audio/speech", json={**BODY, "stream": True})
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+    assert "3 requests in progress at this API server" in response.json()["error"]["message"]
+    assert seen == [] and test_client.app.state.voxserve_edge.in_progress == 0
+    assert (refusals("api_server_limit"), refusals("overloaded")) == (before[0] + 1, before[1])
+    service.ranks.closed(0)  # a stream ended: the engine has room again
+    response = test_client.post("/v1/audio/speech", json={**BODY, "stream": True, "response_format": "pcm"})
+    assert response.status_code == 200 and len(seen) == 1
 
 
 @pytest.mark.parametrize("outcome", [Overloaded("busy", 1.0), SynthesisError("boom"), [np.zeros(1920, np.float32)]])

@@ -5,6 +5,7 @@ reach every rank (`compat.collective_rpc_per_rank`)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import types
 
 import numpy as np
@@ -14,7 +15,7 @@ pytest.importorskip("vllm")
 from vllm_voxserve.compat import collective_rpc_per_rank, data_parallel_ranks  # noqa: E402
 from vllm_voxserve.contract import encode_rejection  # noqa: E402
 from vllm_voxserve.entrypoints.engine_metrics import merge_rank_snapshots  # noqa: E402
-from vllm_voxserve.entrypoints.rank_choice import RankChoice  # noqa: E402
+from vllm_voxserve.entrypoints.rank_choice import LIMIT_MARK_S, RankChoice  # noqa: E402
 from vllm_voxserve.entrypoints.speech_service import AudioCancels, Overloaded, SpeechService  # noqa: E402
 from vllm_voxserve.transport import AUDIO, END  # noqa: E402
 from tests.entrypoints.fake_audio_receiver import FakeReceiver  # noqa: E402
@@ -28,8 +29,8 @@ class Params:
 class RanksEngine:
     """Two-rank engine client: `refusing` maps a rank to its Retry-After; another rank plays one chunk and ends."""
 
-    def __init__(self, receiver, refusing: dict[int, float], size: int = 2):
-        self.receiver, self.refusing = receiver, refusing
+    def __init__(self, receiver, refusing: dict[int, float], size: int = 2, by_limit: bool = False):
+        self.receiver, self.refusing, self.by_limit = receiver, refusing, by_limit
         self.vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
             data_parallel_size=size, data_parallel_external_lb=False, data_parallel_hybrid_lb=False))
         self.sent: list[tuple[str, int | None]] = []
@@ -37,7 +38,8 @@ class RanksEngine:
     async def generate(self, prompt, params, request_id, data_parallel_rank=None):
         self.sent.append((request_id, data_parallel_rank))
         if data_parallel_rank in self.refusing:
-            stop = encode_rejection(self.refusing[data_parallel_rank], f"rank {data_parallel_rank} at capacity")
+            stop = encode_rejection(self.refusing[data_parallel_rank], f"rank {data_parallel_rank} at capacity",
+                                    self.by_limit)
             yield types.SimpleNamespace(finished=True, outputs=[types.SimpleNamespace(stop_reason=stop, token_ids=[])])
             return
         key = request_id.removeprefix("speech-").split("-rank")[0]
@@ -91,6 +93,25 @@ def test_every_rank_refusing_is_a_503_with_the_soonest_retry_after():
     assert refused.retry_after_s == pytest.approx(1.5)
     assert sorted(rank for _, rank in service.engine_client.sent) == [0, 1]
     assert service.ranks.open_streams == [0, 0]
+
+
+def test_after_every_rank_refused_for_its_requests_in_progress_the_api_server_refuses_arrivals_itself():
+    service = service_on(refusing={0: 1.0, 1: 1.0})
+    service.engine_client.by_limit = True
+
+    async def run():
+        with pytest.raises(Overloaded):
+            await synthesize(service, "k")
+
+    asyncio.run(run())
+    now = time.monotonic()
+    reason, retry_after_s = service.refusal_at_arrival(now)
+    assert "0 requests in progress at this API server" in reason and 0 < retry_after_s <= LIMIT_MARK_S
+    assert service.refusal_at_arrival(now + LIMIT_MARK_S) is None  # then the engine is asked again
+    service.engine_client.by_limit = False
+    service.ranks = RankChoice(2)
+    asyncio.run(run())  # refused for their load: nothing to answer for the engine
+    assert service.refusal_at_arrival(time.monotonic()) is None
 
 
 def test_one_rank_is_never_steered():

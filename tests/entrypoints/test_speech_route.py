@@ -31,6 +31,9 @@ class FakeService:
         self.config = VoxServeConfig()
         self.served_models = ["tiny"]
 
+    def refusal_at_arrival(self, now):
+        return None
+
     def prepare(self, request):
         return None, [0] * 7, None
 

@@ -240,6 +240,17 @@ def test_a_synthesis_that_fails_ends_with_an_error_event_and_its_close_code(erro
     assert app.state.voxserve_edge.in_progress == 0
 
 
+def test_an_utterance_the_engine_would_refuse_is_refused_at_once_and_the_socket_closes_try_again_later():
+    service = FakeTextService()
+    service.engine_full = ("server at capacity: 3 requests in progress at this API server", 0.2)
+    app = app_for(service)
+    with utterance_socket(app, "one two three", "end") as ws:
+        got, closed = receive_until(ws)
+    assert closed == 1013 and got[-1]["error"]["type"] == "service_unavailable"
+    assert "at this API server" in got[-1]["error"]["message"] and got[-1]["error"]["retry_after_s"] == 0.2
+    assert service.streams == [] and app.state.voxserve_edge.in_progress == 0
+
+
 def test_an_utterance_that_runs_out_leaves_the_socket_open_for_the_next():
     service = FakeTextService()
     with utterance_socket(app_for(service), "short", "flush") as ws:

@@ -208,8 +208,9 @@ def test_overloaded_arrival_is_finished_with_a_rejection_the_endpoint_can_read()
     assert "b" not in scheduled and "b" not in scheduler.requests
     [rejected] = [o for eco in outputs.values() for o in eco.outputs if o.request_id == "b"]
     assert rejected.finish_reason == FinishReason.ABORT
-    retry_after, reason = decode_rejection(rejected.stop_reason)
-    assert retry_after >= 1.0 and "first audio" in reason
+    rejection = decode_rejection(rejected.stop_reason)
+    assert rejection.retry_after_s >= 1.0 and "first audio" in rejection.reason
+    assert not rejection.by_limit  # a prediction for this request, not a count: the API server keeps no mark
     assert step(scheduler, clock)[0] == {"a"}  # a is unaffected
 
 

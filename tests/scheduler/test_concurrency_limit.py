@@ -181,6 +181,7 @@ def test_the_guard_refuses_past_the_learned_limit_and_says_why():
     assert guard.limit.limit == 0.9 * 44  # the 40 running and 4 waiting requests
     assert rejection is not None and "44 requests in progress" in rejection.reason
     assert rejection.retry_after_s == cfg.min_retry_after_s
+    assert rejection.by_limit  # for the count alone: the API server may refuse the next arrivals itself
     decisions = guard.take_decisions()
     assert decisions[REFUSED_LIMIT] == 1 and decisions["limit cut: late"] == 1  # the step log names the trigger
     # a guard judging another SLO shares the limit and leaves its upkeep to the guard that made it

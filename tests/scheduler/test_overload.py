@@ -37,6 +37,7 @@ def test_demand_past_capacity_is_rejected_with_retry_after_and_reason():
     assert rejection is not None and rejection.request_id == "new"
     assert rejection.retry_after_s >= SHED.min_retry_after_s
     assert "frames/s" in rejection.reason
+    assert not rejection.by_limit  # refused for the frames the load needs, not for a count the API server can hold
     assert guard(OFF).check_arrival(0.2, waiting("new", arrival=0.2), streams, []) is None
 
 

@@ -22,6 +22,7 @@ from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.contract import (
     CANCEL_RPC_METHOD,
     SAMPLES_PER_FRAME,
+    EngineRejection,
     decode_failure,
     decode_rejection,
     plan_hints,
@@ -86,6 +87,16 @@ class SpeechService:
 
     def start(self) -> None:
         self.receiver.start()
+
+    def refusal_at_arrival(self, now: float) -> tuple[str, float] | None:
+        """(reason, retry_after_s) while every rank's in-progress limit refused a request at as many streams open
+        here as now (`RankChoice.at_limit`): an arrival is refused before it is read, else None."""
+        full = self.ranks.at_limit(now)
+        if full is None:
+            return None
+        open_here, retry_after_s = full
+        return (f"server at capacity: {open_here} requests in progress at this API server, as many as when the "
+                f"engine last refused one for its requests in progress", retry_after_s)
 
     def voices(self) -> list[str]:
         """The names `voice` takes: the checkpoint's speakers (CustomVoice) or the uploaded voices (Base)."""
@@ -275,22 +286,22 @@ class SpeechService:
                 if rejection is None:
                     return
                 refused = True
-                self.ranks.refused(rank, time.monotonic(), rejection[1])
+                self.ranks.refused(rank, time.monotonic(), rejection.retry_after_s, rejection.by_limit)
             finally:
                 if not refused:
                     self.ranks.closed(rank)
             tried.add(rank)
-            soonest_retry_s = min(soonest_retry_s, rejection[1])
+            soonest_retry_s = min(soonest_retry_s, rejection.retry_after_s)
             rank = self.ranks.pick(time.monotonic(), tried)
             if rank is None:
-                queue.put_nowait((REJECTED, (rejection[0], soonest_retry_s)))
+                queue.put_nowait((REJECTED, (rejection.reason, soonest_retry_s)))
                 return
             SpeechMetrics.get(self.served_models[0]).retried_on_another_rank()
             params = params.clone()  # one SamplingParams per engine request
 
     async def _generate(self, prompt_ids: list[int], params, request_id: str, rank: int, queue: asyncio.Queue,
-                        usage: SpeechUsage, final: asyncio.Event) -> tuple[str, float] | None:
-        """One engine request on `rank`: its scheduler's rejection (reason, retry_after_s), or None when it ran (its
+                        usage: SpeechUsage, final: asyncio.Event) -> EngineRejection | None:
+        """One engine request on `rank`: its scheduler's rejection, or None when it ran (its
         end, failure or error is in `queue`); returns only once its audio has had time to end."""
         steer = {"data_parallel_rank": rank} if self.ranks.num_ranks > 1 else {}
         try:
@@ -354,12 +365,11 @@ def expected_frames(request: SpeechRequest) -> int:
     return max(1, min(limit, round(words * FRAMES_PER_WORD)))
 
 
-def _rejection(output) -> tuple[str, float] | None:
-    """(reason, retry_after_s) when the engine's scheduler rejected the request, else None."""
+def _rejection(output) -> EngineRejection | None:
+    """What the engine's scheduler said when it rejected the request, else None."""
     if not getattr(output, "finished", False) or not output.outputs:
         return None
-    decoded = decode_rejection(output.outputs[0].stop_reason)
-    return None if decoded is None else (decoded[1], decoded[0])
+    return decode_rejection(output.outputs[0].stop_reason)
 
 
 def _failure(output) -> str | None:

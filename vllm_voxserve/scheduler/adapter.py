@@ -330,7 +330,8 @@ class SpeechPolicyMixin(TextStreamsMixin):
     def _emit_rejections(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         for request, rejection in self.rejected:
             out = EngineCoreOutput(request_id=request.request_id, new_token_ids=[], finish_reason=FinishReason.ABORT,
-                                   stop_reason=encode_rejection(rejection.retry_after_s, rejection.reason))
+                                   stop_reason=encode_rejection(rejection.retry_after_s, rejection.reason,
+                                                               rejection.by_limit))
             outputs.setdefault(request.client_index, EngineCoreOutputs(outputs=[])).outputs.append(out)
         self.rejected.clear()
 

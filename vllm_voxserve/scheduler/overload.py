@@ -52,6 +52,7 @@ class Rejection:
     request_id: str
     retry_after_s: float
     reason: str
+    by_limit: bool = False  # refused for the number of requests in progress alone (`contract.EngineRejection`)
 
 
 def frames_due_by(
@@ -195,7 +196,7 @@ class OverloadGuard:
             self.decisions[REFUSED_LIMIT] += 1
             reason = (f"server at capacity: {busy} requests in progress, the most it has lately kept within the "
                       f"first-audio target is {self.limit.limit:.0f}")
-            return Rejection(request.request_id, self.cfg.min_retry_after_s, reason)
+            return Rejection(request.request_id, self.cfg.min_retry_after_s, reason, by_limit=True)
         own = self.frame_demand(now, (), (request,))
         capacity = self.capacity.estimate()
         lanes = ((REFUSED_BACKBONE, "the backbone", demand.backbone, own.backbone, capacity.backbone_frames_per_s),
