@@ -188,6 +188,23 @@ def data_parallel_ranks(engine_client) -> int:
     return size if steerable else 1
 
 
+def steers_every_engine(engine_client) -> bool:
+    """Targets: the API server's `ParallelConfig` (0.26.0 to 0.32.0), as `data_parallel_ranks`.
+
+    Why: an API server refuses arrivals itself after an engine's refusal for its requests in progress only where it
+    knows that engine takes its next request (`entrypoints.rank_choice`): one engine, an engine per API server
+    (external balancing, or hybrid with one local engine), or every rank steered by it. Where vLLM routes among
+    several engines, another may have room: False.
+    """
+    parallel = getattr(getattr(engine_client, "vllm_config", None), "parallel_config", None)
+    size = getattr(parallel, "data_parallel_size", 1) or 1
+    if size < 2:
+        return True
+    if getattr(parallel, "data_parallel_external_lb", False) or getattr(parallel, "data_parallel_hybrid_lb", False):
+        return getattr(parallel, "data_parallel_size_local", 1) == 1
+    return data_parallel_ranks(engine_client) == size
+
+
 async def collective_rpc_per_rank(engine_client, method: str, args: tuple = ()) -> list[list]:
     """Every data-parallel rank's `collective_rpc` replies: one list per rank, one reply per worker.
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("vllm")
-from vllm_voxserve.compat import collective_rpc_per_rank, data_parallel_ranks  # noqa: E402
+from vllm_voxserve.compat import collective_rpc_per_rank, data_parallel_ranks, steers_every_engine  # noqa: E402
 from vllm_voxserve.contract import encode_rejection  # noqa: E402
 from vllm_voxserve.entrypoints.engine_metrics import merge_rank_snapshots  # noqa: E402
 from vllm_voxserve.entrypoints.rank_choice import LIMIT_MARK_S, RankChoice  # noqa: E402
@@ -130,6 +130,27 @@ def test_external_load_balancing_leaves_routing_to_vllm():
     engine = RanksEngine(None, {})
     engine.vllm_config.parallel_config.data_parallel_external_lb = True
     assert data_parallel_ranks(engine) == 1
+
+
+def test_an_engines_refusal_is_answered_for_it_only_where_this_api_server_knows_which_engine_comes_next():
+    parallel = RanksEngine(None, {}).vllm_config.parallel_config
+    steered = RanksEngine(None, {})
+    assert steers_every_engine(steered) and data_parallel_ranks(steered) == 2  # each rank steered from here
+    parallel.data_parallel_size = 1
+    assert steers_every_engine(types.SimpleNamespace(vllm_config=types.SimpleNamespace(parallel_config=parallel)))
+    for external, hybrid, local, known in ((True, False, 1, True), (False, True, 1, True), (False, True, 2, False),
+                                           (True, False, 0, False)):
+        engine = RanksEngine(None, {})
+        config = engine.vllm_config.parallel_config
+        config.data_parallel_external_lb, config.data_parallel_hybrid_lb = external, hybrid
+        config.data_parallel_size_local = local
+        assert steers_every_engine(engine) is known, (external, hybrid, local)
+    unsteerable = types.SimpleNamespace(vllm_config=RanksEngine(None, {}).vllm_config)  # generate() without a rank
+    assert not steers_every_engine(unsteerable)
+    ranks = RankChoice(1, refuse_at_limit=False)  # vLLM routes among engines: the next may have room
+    ranks.opened(0)
+    ranks.refused(0, now=0.0, retry_after_s=1.0, by_limit=True)
+    assert ranks.at_limit(0.0) is None
 
 
 class DataParallelClient:

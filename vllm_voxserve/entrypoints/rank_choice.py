@@ -12,8 +12,9 @@ A refusal for the number of requests in progress alone (the scheduler's in-progr
 full, for `LIMIT_MARK_S` at most, whenever this API server has as many streams open on it as when it refused: such a
 rank would refuse the next arrival too. While every rank is so marked, `at_limit` tells the route to refuse
 an arrival before reading it: an answer in milliseconds instead of a wait for the engine core's next step, and the
-engine core never hears of it. A refusal for the load's frames or first audio marks no count: it depends on the
-request refused (one very long request says nothing about the next).
+engine core never hears of it (unless `refuse_at_limit` is off: where vLLM routes among several engines, the one
+that refused may not be the next one asked). A refusal for the load's frames or first audio marks no count: it
+depends on the request refused (one very long request says nothing about the next).
 With several API servers each counts its own streams: the counts balance each server's share, the retries the rest.
 """
 
@@ -31,6 +32,7 @@ LIMIT_MARK_S = 0.25
 @dataclass
 class RankChoice:
     num_ranks: int
+    refuse_at_limit: bool = True  # `at_limit` may answer (the ranks here are all the engines this server reaches)
     open_streams: list[int] = field(init=False)
     full_until: list[float] = field(init=False)  # monotonic seconds; -inf: not known to be full
     # by its in-progress limit: full while it has `limit_streams` open here, until `limit_until`
@@ -74,7 +76,7 @@ class RankChoice:
     def at_limit(self, now: float) -> tuple[int, float] | None:
         """(streams open here, seconds until a rank's mark lapses) while every rank is full by its in-progress
         limit, so that an arrival would only be refused; None while some rank may take it."""
-        if not all(self._at_limit(rank, now) for rank in range(self.num_ranks)):
+        if not self.refuse_at_limit or not all(self._at_limit(rank, now) for rank in range(self.num_ranks)):
             return None
         return sum(self.open_streams), min(self.limit_until) - now
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vllm_voxserve.compat import data_parallel_ranks
+from vllm_voxserve.compat import data_parallel_ranks, steers_every_engine
 from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.contract import (
     CANCEL_RPC_METHOD,
@@ -77,7 +77,7 @@ class SpeechService:
         self.generation_defaults = json.loads(gen_path.read_text()) if gen_path.exists() else {}
         self.receiver = AudioReceiver()
         # the data-parallel ranks this server steers requests to (1: vLLM routes, or there is one engine)
-        self.ranks = RankChoice(data_parallel_ranks(engine_client))
+        self.ranks = RankChoice(data_parallel_ranks(engine_client), refuse_at_limit=steers_every_engine(engine_client))
         self.cancels = AudioCancels(engine_client)
         # Base: reference clips are encoded here, off the engine's step loop (reference_encoding.py)
         self.references = ReferenceEncoder(model_path) if self.tables.model_type == "base" else None
