@@ -172,3 +172,10 @@ def test_off_with_overload_off_or_edge_admission_off_and_on_by_default():
     cfg = SchedulerPolicyConfig(limit_floor=3, min_retry_after_s=2.5, ttfa_target_s=0.5)
     g = EdgeGuard.from_policy(cfg)
     assert g.limit.settings.floor == 3 and g.limit.settings.ttfa_target_s == 0.5 and g.retry_after_s == 2.5
+
+
+def test_what_the_engines_limit_would_refuse_is_refused_here_without_a_ticket_even_with_the_limit_off():
+    for g in (guard(), EdgeGuard(LimitSettings(0.2, floor=1), retry_after_s=1.0, enabled=False)):
+        answer = g.admit(0.0, ("server at capacity: 3 requests in progress at this API server", 0.2))
+        assert isinstance(answer, EdgeRefusal) and answer.retry_after_s == 0.2 and g.in_progress == 0
+        assert isinstance(g.admit(0.0), AdmissionTicket) and g.in_progress == 1

@@ -11,8 +11,9 @@ constants) over its own requests in progress, fed with what it delivers itself:
 - its playback as the API server passes audio on: a stream is dry when the audio handed out so far has played
   (`PlaybackClock`: from its first audio, pushed back by each stall) and the next is not there `dry_grace_s` later.
 
-A route calls `admit(now)` at its entry, before reading the request: an `EdgeRefusal` (answer 503 with Retry-After;
-the engine never hears of the request) or an `AdmissionTicket` that the route tells of the first audio
+A route calls `admit(now, engine_full)` at its entry, before reading the request (`engine_full`: the refusal the
+engine's in-progress limit would give, `SpeechService.refusal_at_arrival`): an `EdgeRefusal` (answer 503 with
+Retry-After; the engine never hears of the request) or an `AdmissionTicket` that the route tells of the first audio
 (`first_audio`), of how far the audio handed out plays (`playing_until`) and of the end (`done`, however the request
 ends). Off (`overload_mode` "off" or `edge_admission` false) it refuses nothing. The clock is the caller's; each cut
 of the limit is logged with what made it.
@@ -82,7 +83,9 @@ class EdgeGuard:
     def in_progress(self) -> int:
         return len(self.tickets)
 
-    def admit(self, now: float) -> EdgeRefusal | AdmissionTicket:
+    def admit(self, now: float, engine_full: tuple[str, float] | None = None) -> EdgeRefusal | AdmissionTicket:
+        if engine_full is not None:
+            return EdgeRefusal(*engine_full)
         limit = self.limit
         if limit is not None:
             self._look(now)

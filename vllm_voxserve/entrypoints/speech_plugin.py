@@ -75,12 +75,8 @@ async def create_speech(raw: Request):
     metrics = SpeechMetrics.get((getattr(service, "served_models", None) or [""])[0])
     # Past what this API server keeps on time, or while the engine would refuse it, refused before the body is read
     # and without the engine hearing of it.
-    engine_full = service.refusal_at_arrival(arrived_at)
-    if engine_full is not None:
-        metrics.refuse("api_server_limit")
-        return _overloaded(*engine_full)
     edge: EdgeGuard = raw.app.state.voxserve_edge
-    ticket = edge.admit(arrived_at)
+    ticket = edge.admit(arrived_at, service.refusal_at_arrival(arrived_at))
     if isinstance(ticket, EdgeRefusal):
         metrics.refuse("api_server_limit")
         return _overloaded(ticket.reason, ticket.retry_after_s)

@@ -186,11 +186,7 @@ class SpeechSocket:
         # The utterance counts among this API server's requests in progress. Its first audio waits on the client's
         # text as much as on the server, so neither the edge's first-audio view nor the TTFA histogram hears of it.
         now = time.monotonic()
-        engine_full = self.service.refusal_at_arrival(now)
-        if engine_full is not None:
-            self.metrics.refuse("api_server_limit")
-            raise ProtocolError(engine_full[0], CLOSE_TRY_AGAIN_LATER, "service_unavailable", engine_full[1])
-        ticket = self.edge.admit(now)
+        ticket = self.edge.admit(now, self.service.refusal_at_arrival(now))
         if isinstance(ticket, EdgeRefusal):
             self.metrics.refuse("api_server_limit")
             raise ProtocolError(ticket.reason, CLOSE_TRY_AGAIN_LATER, "service_unavailable", ticket.retry_after_s)
