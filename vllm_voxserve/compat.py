@@ -169,6 +169,18 @@ def route_mode_rpc_through_scheduler(method_name: str, handler) -> None:
     route_rpc_through_scheduler(method_name, route)
 
 
+def _data_parallel(engine_client) -> tuple:
+    """The API server's `ParallelConfig` (None where the client has none) and its data-parallel size."""
+    parallel = getattr(getattr(engine_client, "vllm_config", None), "parallel_config", None)
+    return parallel, getattr(parallel, "data_parallel_size", 1) or 1
+
+
+def _balanced_outside(parallel) -> bool:
+    """Whether vLLM's external or hybrid load balancing, not this API server, picks the engine of a request."""
+    return bool(getattr(parallel, "data_parallel_external_lb", False)
+                or getattr(parallel, "data_parallel_hybrid_lb", False))
+
+
 def data_parallel_ranks(engine_client) -> int:
     """Targets: `AsyncLLM.generate(data_parallel_rank=)` and the API server's `ParallelConfig` (0.26.0 to 0.32.0).
 
@@ -176,10 +188,8 @@ def data_parallel_ranks(engine_client) -> int:
     It reaches all `data_parallel_size` ranks under vLLM's internal load balancing only; with external or hybrid
     balancing, or without the parameter, it returns 1: vLLM routes and nothing is retried.
     """
-    parallel = getattr(getattr(engine_client, "vllm_config", None), "parallel_config", None)
-    size = getattr(parallel, "data_parallel_size", 1) or 1
-    if size < 2 or getattr(parallel, "data_parallel_external_lb", False) or getattr(
-            parallel, "data_parallel_hybrid_lb", False):
+    parallel, size = _data_parallel(engine_client)
+    if size < 2 or _balanced_outside(parallel):
         return 1
     try:
         steerable = "data_parallel_rank" in inspect.signature(engine_client.generate).parameters
@@ -196,11 +206,10 @@ def steers_every_engine(engine_client) -> bool:
     (external balancing, or hybrid with one local engine), or every rank steered by it. Where vLLM routes among
     several engines, another may have room: False.
     """
-    parallel = getattr(getattr(engine_client, "vllm_config", None), "parallel_config", None)
-    size = getattr(parallel, "data_parallel_size", 1) or 1
+    parallel, size = _data_parallel(engine_client)
     if size < 2:
         return True
-    if getattr(parallel, "data_parallel_external_lb", False) or getattr(parallel, "data_parallel_hybrid_lb", False):
+    if _balanced_outside(parallel):
         return getattr(parallel, "data_parallel_size_local", 1) == 1
     return data_parallel_ranks(engine_client) == size
 
