@@ -2,8 +2,8 @@
 # On the GPU host (stack installed, `source benchmarks/gpu_host/env.sh .gpu`): the capacity measurement protocol for
 # one server start. Each stage returns well inside a limited command time; the server and the sweep outlive the
 # script, so a later command on the same host picks them up.
-#   MODE     voxserve (default: the defaults a user gets) or vllm-stock (vLLM's own scheduler, switched to right
-#            after the start, before any load)
+#   MODE     voxserve (default: the defaults a user gets) or vllm-stock (vLLM's own scheduler: the server starts
+#            with the codec inline and is switched to it right after the start, before any load)
 #   LABEL    names this start's files (default MODE)
 #   SERVER_LABEL  the LABEL of the `serve` that started the running server, when this call's LABEL differs (after
 #            `mode`): its log is read (default LABEL)
@@ -31,7 +31,9 @@
 #     text     the whole-text workload and the same texts sent word by word over the WebSocket (TEXT_WORDS_PER_S,
 #              30) at each of RATES, one after the other on this server (one seed of WINDOW_S each), in the foreground
 #     mode     switch the running server to MODE (after a finished sweep: vLLM's stock scheduler measured on the
-#              same start as ours when a second start does not fit; its first audio then follows ours' load)
+#              same start as ours when a second start does not fit; its first audio then follows ours' load). Needs
+#              device memory for the inline codec beside the lanes: an H100 at the defaults has none (the switch is
+#              refused and the script stops); there, start the server in the mode instead (MODE=vllm-stock serve)
 #     stop     stop the server
 # Results under $OUT: host_LABEL.json, compile_cache.bin.xz, record_NAME.json.xz (every request and chunk), NAME.txt,
 # step_log_LABEL.txt, serve_LABEL.log.xz
@@ -49,10 +51,13 @@ start_sweep() {  # name, arguments: the sweep under setsid, so that it survives 
   echo $! > "$work/$1.pid"
 }
 
-switch_mode() {  # the running server to MODE (voxserve: our default, `lanes`)
-  local name=$mode; [ "$name" = voxserve ] && name=lanes
-  curl -s -w ' HTTP %{http_code}\n' -X POST -H 'Content-Type: application/json' -d "{\"mode\":\"$name\"}" \
-    "$url/voxserve/mode"
+switch_mode() {  # the running server to MODE (voxserve: our default, `lanes`); a refused switch ends the script, so
+  # that no sweep runs under the wrong mode's label
+  local name=$mode answer; [ "$name" = voxserve ] && name=lanes
+  answer=$(curl -s -w ' HTTP %{http_code}' -X POST -H 'Content-Type: application/json' -d "{\"mode\":\"$name\"}" \
+    "$url/voxserve/mode")
+  echo "$answer"
+  [ "${answer##* HTTP }" = 200 ] || { echo "protocol.sh: the switch to $name was refused; nothing measured" >&2; exit 1; }
 }
 
 wait_sweep() {  # name: until it ends or WAIT_S passes; then what it has so far
@@ -91,7 +96,10 @@ for stage in ${STAGES:-serve sweep wait}; do
   case $stage in
   serve)
     python3 -m benchmarks.host_speed --json "$out/host_$label.json"  # on the idle host: its speed beside the figures
-    config="{\"voxserve\":{\"admin_routes\":true}${CONFIG:+,$CONFIG}}"  # one word: serve_smoke.sh splits SERVE_ARGS
+    # a mode with the codec inline starts with it, so the codec lanes are never built beside it: on an 80 GB GPU
+    # switching a server that started with the lanes to the inline codec finds no device memory (2026-12-06_a0a5467)
+    codec=""; case $mode in vllm-stock|inline*) codec=',"codec_mode":"inline"' ;; esac
+    config="{\"voxserve\":{\"admin_routes\":true$codec}${CONFIG:+,$CONFIG}}"  # one word: serve_smoke.sh splits SERVE_ARGS
     OUT=$work/serve_$server KEEP_SERVER=1 SERVE_ARGS="--additional-config $config$dp_args" \
       PROBE_ARGS="--concurrency 1" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke_$label.txt" 2>&1 \
       || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$server/serve.log"; exit 1; }
