@@ -1,8 +1,9 @@
 """The measurement protocol's figures for one sweep (one server start, one mode), recomputed from its requests.
 
 Per offered rate, over its seeds: attainment pooled and per seed, p99 TTFA of admitted requests, goodput, shares
-refused and failed, stalls, and attainment of the requests arriving in the first and in the last third of each window
-(a queue that grows during a window shows as a lower last third). Over the rates: capacity at each threshold (the
+refused and failed, stalls, attainment of the requests arriving in the first and in the last third of each window
+(a queue that grows during a window shows as a lower last third), refusals by where they were decided, and admitted
+requests whose first audio came late by the second they were sent in. Over the rates: capacity at each threshold (the
 highest rate whose attainment, and every lower probed rate's, meets it; a lower bound when the highest probed rate
 still meets it) and goodput at multiples of the 99 % capacity. Pure functions on record dictionaries.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.metrics import (
-    REJECTED, RateSummary, SloSpec, Timeline, meets_slo, percentile, slo_capacity, summarize_rate,
+    COMPLETED, REJECTED, RateSummary, SloSpec, Timeline, meets_slo, percentile, slo_capacity, summarize_rate, ttfa_s,
 )
 from benchmarks.record import request_timeline
 
@@ -42,6 +43,18 @@ class RefusalTimes:
 
 
 @dataclass(frozen=True, slots=True)
+class LateFirstAudio:
+    """The admitted requests of one rate whose first audio came after T: how many, how late, and how they bunched
+    in time (by the second of its window each was sent in). Many in few seconds point at the server's admission
+    overshooting now and then (an in-progress limit regrowing), few in each of many seconds at a steady bias."""
+    count: int
+    ttfa_p50_s: float | None
+    ttfa_max_s: float | None
+    seconds: int  # seconds of the windows (each seed's counted apart) in which any was sent
+    most_in_one_second: int
+
+
+@dataclass(frozen=True, slots=True)
 class RateRow:
     rate: float
     seeds: tuple[int, ...]
@@ -53,6 +66,7 @@ class RateRow:
     first_third: float | None  # attainment of requests scheduled in the first third of their window
     last_third: float | None
     refusals_by_source: tuple[RefusalTimes, ...] = ()
+    late_first_audio: LateFirstAudio | None = None  # None: no admitted request's first audio came after T
 
     @property
     def third_drift_points(self) -> float | None:
@@ -71,7 +85,8 @@ class RateRow:
                 "num_stalled": s.num_stalled, "first_third_attainment": self.first_third,
                 "last_third_attainment": self.last_third, "third_drift_points": self.third_drift_points,
                 "cut_short": s.cut_short,
-                "refusals_by_source": [dataclasses.asdict(r) for r in self.refusals_by_source]}
+                "refusals_by_source": [dataclasses.asdict(r) for r in self.refusals_by_source],
+                "late_first_audio": dataclasses.asdict(self.late_first_audio) if self.late_first_audio else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +168,22 @@ def refusals_by_source(refused: Sequence[dict[str, Any]]) -> tuple[RefusalTimes,
                  for source in order if times.get(source))
 
 
+def late_first_audio(runs: Sequence[dict[str, Any]], timelines: Sequence[Sequence[Timeline]],
+                     slo: SloSpec) -> LateFirstAudio | None:
+    """Completed requests whose first audio came after the SLO's target, with the seconds they were sent in."""
+    late: list[float] = []
+    per_second: dict[tuple[int, int], int] = defaultdict(int)
+    for run, run_timelines in zip(runs, timelines):
+        for timeline in run_timelines:
+            first = ttfa_s(timeline) if timeline.outcome == COMPLETED else None
+            if first is not None and first > slo.ttfa_target_s:
+                late.append(first)
+                per_second[(run["seed"], int(timeline.sent_s))] += 1
+    if not late:
+        return None
+    return LateFirstAudio(len(late), percentile(late, 50), max(late), len(per_second), max(per_second.values()))
+
+
 def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateRow:
     """One rate's figures from its runs (one per seed)."""
     timelines = [[request_timeline(request) for request in run["requests"]] for run in runs]
@@ -169,7 +200,8 @@ def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateR
                    refused_share=sum(t.outcome == REJECTED for t in pooled_timelines) / n,
                    refusal_p99_s=percentile([_answer_s(r) for r in refused], 99),
                    failed_share=pooled.num_failed / n, first_third=first, last_third=last,
-                   refusals_by_source=refusals_by_source(refused))
+                   refusals_by_source=refusals_by_source(refused),
+                   late_first_audio=late_first_audio(runs, timelines, slo))
 
 
 def rate_rows(runs: Sequence[dict[str, Any]], slo: SloSpec) -> list[RateRow]:

@@ -6,7 +6,8 @@ records of one server start, e.g. its sweep and its overload rates) is recompute
 (full or slimmed records): per rate, over its seeds, attainment pooled and per seed, p99 TTFA of admitted requests,
 goodput, shares refused (429/503) and failed, stalls, attainment in the first vs the last third of each window;
 capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed; refusals by where the server
-decided them (at the API server, at the engine core on arrival, or held then shed) with their answer times. Writes
+decided them (at the API server, at the engine core on arrival, or held then shed) with their answer times; admitted
+requests whose first audio came late, with how they bunched in time (seconds with any, most in one second). Writes
 DIR/protocol.md (tables to paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots,
 one line per entry. A closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of
 requests in flight.
@@ -164,7 +165,7 @@ def rate_table(summary: ProtocolSummary, entry: Entry) -> list[str]:
              f"{'/'.join(f'{w:g}' for w in windows)} s windows.", "",
              "| rate (req/s) | attainment | per seed (%) | p99 TTFA, admitted | goodput (req/s) | refused (429/503) "
              "| failed | stalls | first → last third (%) |", "|" + "---|" * 9]
-    return lines + [_rate_line(row) for row in summary.rows] + refusal_table(summary)
+    return lines + [_rate_line(row) for row in summary.rows] + refusal_table(summary) + late_table(summary)
 
 
 def refusal_table(summary: ProtocolSummary) -> list[str]:
@@ -176,6 +177,18 @@ def refusal_table(summary: ProtocolSummary) -> list[str]:
              "| rate (req/s) | refused by | count | p50 | p90 | p99 |", "|" + "---|" * 6]
     return lines + [f"| {rate:g} | {t.source} | {t.count} | {_ms(t.p50_s)} | {_ms(t.p90_s)} | {_ms(t.p99_s)} |"
                     for rate, t in rows]
+
+
+def late_table(summary: ProtocolSummary) -> list[str]:
+    """Each rate's admitted requests whose first audio came late, and how they bunched in time."""
+    rows = [(row.rate, row.late_first_audio) for row in summary.rows if row.late_first_audio]
+    if not rows:
+        return []
+    lines = ["", "Admitted requests whose first audio came late (seconds: of each seed's window, by when they were "
+             "sent):", "", "| rate (req/s) | late | first audio p50 | first audio max | seconds with any "
+             "| most in one second |", "|" + "---|" * 6]
+    return lines + [f"| {rate:g} | {late.count} | {_ms(late.ttfa_p50_s)} | {_ms(late.ttfa_max_s)} | {late.seconds} "
+                    f"| {late.most_in_one_second} |" for rate, late in rows]
 
 
 def concurrency_table(closed: list[Entry]) -> list[str]:

@@ -233,3 +233,29 @@ def test_the_refusal_sources_match_the_plugins_wording():
                "engine core, at arrival": root / "scheduler" / "overload.py"}
     for source, words in REFUSAL_SOURCES:
         assert words in sources[source].read_text(), (source, words)
+
+
+def test_late_first_audios_are_counted_with_the_seconds_they_bunched_in(tmp_path):
+    """Late first audios sent within one second of each window count once a second per seed; refusals, failures and
+    stalls with first audio in time are not late."""
+    band = (0.5, 0.65)  # of a 6 s window: sent from 3.0 to 3.9 s, all within its fourth second
+
+    def fate(rate, seed, position):
+        if rate == 24:
+            return STALL if position < 0.2 else REJECT if position > 0.8 else ON_TIME
+        return LATE if band[0] <= position < band[1] else FAIL if position > 0.9 else ON_TIME
+
+    record = synthetic_record([24.0, 40.0], window_s=6.0, fate=fate)
+    quiet, bunched = summarize_protocol("ours", record["runs"], SloSpec()).rows
+    assert quiet.late_first_audio is None
+    late_by_seed = [sum(band[0] <= r["scheduled_s"] / 6.0 < band[1] for r in run["requests"])
+                    for run in record["runs"] if run["rate"] == 40]
+    late = bunched.late_first_audio
+    assert late.count == sum(late_by_seed) and late.seconds == 3 and late.most_in_one_second == max(late_by_seed)
+    assert 0.25 <= late.ttfa_p50_s <= late.ttfa_max_s <= 0.6 + 0.003
+    out = tmp_path / "report"
+    assert main([write(tmp_path, "sweep", record), "--labels", "ours", "--out", str(out)]) == 0
+    text = (out / "protocol.md").read_text()
+    assert "first audio came late" in text and f"| 40 | {late.count} | " in text and "| 24 | 0 |" not in text
+    rates = json.loads((out / "protocol.json").read_text())["entries"][0]["rates"]
+    assert rates[0]["late_first_audio"] is None and rates[1]["late_first_audio"]["seconds"] == 3
