@@ -45,8 +45,8 @@ class RefusalTimes:
 @dataclass(frozen=True, slots=True)
 class LateFirstAudio:
     """The admitted requests of one rate whose first audio came after T: how many, how late, and how they bunched
-    in time (by the second of its window each was sent in). Many in few seconds point at the server's admission
-    overshooting now and then (an in-progress limit regrowing), few in each of many seconds at a steady bias."""
+    in time (by the second of its window each was sent in). Many in few seconds point at episodes the admission let
+    through (a burst of arrivals, a limit regrowing), a few in each of many seconds at a steady bias."""
     count: int
     ttfa_p50_s: float | None
     ttfa_max_s: float | None
