@@ -181,3 +181,65 @@ def test_a_request_whose_first_audio_the_measured_hand_over_makes_late_is_refuse
     planner.observe(StepReport(0.0, first_audio_handovers=[late] * 20))
     rejection = planner.on_arrival(1.0, request, running, [])
     assert rejection is not None and "first audio predicted after" in rejection.reason
+
+
+GROWTH = SHED.replace(first_audio_step_growth=True)
+
+
+def _steps_with_host_time_a_row(capacity, costs, rows_seq, base_s=0.001, per_row_s=35e-6):
+    for rows in rows_seq:
+        capacity.observe_step(costs.decode_step_s(rows) + base_s + per_row_s * rows, rows)
+
+
+def test_the_host_time_a_row_adds_is_fitted_only_with_first_audio_step_growth():
+    rows_seq = [40 + (i * 7) % 88 for i in range(3000)]  # 40..127 rows, spread as a load's steps are
+    flat, grown = guard(), guard(GROWTH)
+    for g in (flat, grown):
+        _steps_with_host_time_a_row(g.capacity, g.costs, rows_seq)
+    assert flat.capacity.overhead_per_row_s == 0.0 and flat.capacity.rows_mean is None
+    assert grown.capacity.overhead_per_row_s == pytest.approx(35e-6, rel=0.15)
+    # at the rows just seen both predict the step alike; at more rows only the fitted host time a row grows it
+    seen = round(grown.capacity.rows_mean)
+    assert grown.capacity.first_audio_step_s(seen) == pytest.approx(flat.capacity.first_audio_step_s(seen), abs=3e-4)
+    actual = grown.costs.decode_step_s(128) + 0.001 + 35e-6 * 128
+    assert grown.capacity.first_audio_step_s(128) == pytest.approx(actual, rel=0.05)
+    assert flat.capacity.first_audio_step_s(128) < actual - 0.001  # the flat overhead misses over a millisecond
+    assert flat.capacity.first_audio_step_s(128) == flat.capacity.step_s(128)
+
+
+def test_rows_all_alike_fit_no_host_time_a_row():
+    g = guard(GROWTH)
+    _steps_with_host_time_a_row(g.capacity, g.costs, [64] * 500)
+    assert g.capacity.overhead_per_row_s == 0.0  # no spread of rows: the slope is unknown, not zero by fit
+    assert g.capacity.first_audio_step_s(100) == pytest.approx(g.costs.decode_step_s(100) + g.capacity.overhead_s)
+
+
+def test_a_growing_load_predicts_a_later_first_audio_than_a_steady_one_of_the_same_size():
+    rows_seq = [40 + (i * 7) % 88 for i in range(3000)]
+    steady, growing = guard(GROWTH), guard(GROWTH)
+    for g in (steady, growing):
+        _steps_with_host_time_a_row(g.capacity, g.costs, rows_seq)
+    request = waiting("new", arrival=1.0)
+    for k in range(26):  # 100 requests in progress at each arrival, against 50 growing to 100 over 250 ms
+        t = 0.75 + 0.01 * k
+        steady._note_load(t, 100)
+        growing._note_load(t, 50 + 2 * k)
+    assert steady.rows_growth_per_s == 0.0
+    assert growing.rows_growth_per_s == pytest.approx(200.0)
+    at_steady = steady.first_audio_s(request, running=100, queued_ahead=0)
+    at_growth = growing.first_audio_s(request, running=100, queued_ahead=0)
+    assert at_growth > at_steady + 0.002
+    flat = guard()  # without the option the growth is not looked at
+    flat._note_load(0.75, 50)
+    flat._note_load(1.0, 100)
+    assert flat.first_audio_s(request, running=100, queued_ahead=0) == pytest.approx(
+        SHED.first_chunk_frames * flat.step_s(101) + flat.costs.prefill_s(request.prompt_tokens)
+        + flat.capacity.first_audio_handover_s())
+
+
+def test_arrivals_note_the_load_only_with_first_audio_step_growth():
+    streams = [stream(f"r{i}", arrival=0.0, frames=30, delivered=2, first_audio=0.15) for i in range(8)]
+    flat, grown = guard(SHED.replace(feedback_limit=False)), guard(GROWTH.replace(feedback_limit=False))
+    for g in (flat, grown):
+        assert g.check_arrival(1.0, waiting("a", arrival=1.0), streams, []) is None
+    assert not flat._loads and list(grown._loads) == [(1.0, 8)]

@@ -11,6 +11,11 @@ from the measured interval between LM steps:
 - codec: full background batches (`background_max_batch` chunks of `chunk_frames`) back to back on the codec
   partition. First chunks go to the urgent lane, whose frames are not counted against it.
 
+With `first_audio_step_growth` it also fits the host time each decoded row adds to a step (`overhead_per_row_s`:
+the steps' time beyond their decode cost against their rows, over about the latest 200 steps), so that a first
+audio's steps are predicted at the rows they will carry rather than with the overhead of the rows just seen: on a
+slow H100 host the host time of a step went from 2.3 ms at 85 rows to 5.0 ms at 160 (2026-12-06_bd67b01).
+
 It also learns how long a first chunk takes from its cut to its audio leaving the worker (`first_audio_handover_s`,
 a high quantile of the latest): the urgent decode, and the wait for the step at which the worker collects it. The
 urgent decode's cost alone says about 2 ms; over a whole server start on the H200 the first chunks took p50 15-31 ms,
@@ -51,6 +56,12 @@ class CapacityEstimate:
 _HANDOVER_QUANTILE = 0.9
 _HANDOVER_SAMPLES = 64
 _HANDOVER_REFRESH = 8
+# The host time a row adds: fitted over about 1 / _PER_ROW_SMOOTHING steps, once their rows spread by at least
+# _PER_ROW_MIN_SPREAD (a standard deviation, in rows), and at most _PER_ROW_MAX_S, so that a few outlying steps (a
+# garbage collection, a burst of prefills) cannot lengthen every predicted step.
+_PER_ROW_SMOOTHING = 0.005
+_PER_ROW_MIN_SPREAD = 4.0
+_PER_ROW_MAX_S = 0.0005
 
 
 class CapacityModel:
@@ -65,6 +76,9 @@ class CapacityModel:
         self._handovers: deque[float] = deque(maxlen=_HANDOVER_SAMPLES)  # the latest first chunks' cut to audio
         self._handover_s: float | None = None
         self._unsorted = 0  # hand-overs since the estimate was computed
+        self.rows_mean: float | None = None  # decoded rows of the latest steps, smoothed as `overhead_s` is
+        self.overhead_per_row_s = 0.0  # host time a decoded row adds to a step (`first_audio_step_growth`)
+        self._fit: tuple[float, float, float, float] | None = None  # smoothed rows, extra, rows², rows × extra
 
     def observe_first_audio(self, handover_s: float) -> None:
         """A first chunk's audio left the worker `handover_s` after the chunk was cut."""
@@ -90,10 +104,34 @@ class CapacityModel:
         if rows > 0:
             extra = max(interval_s - self.costs.decode_step_s(min(rows, self.cfg.max_decode_batch)), 0.0)
             self.overhead_s += self.smoothing * (extra - self.overhead_s)
+            if self.cfg.first_audio_step_growth:
+                self._fit_per_row(min(rows, self.cfg.max_decode_batch), extra)
+
+    def _fit_per_row(self, rows: int, extra_s: float) -> None:
+        mean = self.rows_mean
+        self.rows_mean = float(rows) if mean is None else mean + self.smoothing * (rows - mean)
+        sample = (float(rows), extra_s, float(rows * rows), rows * extra_s)
+        fit = self._fit
+        self._fit = fit = sample if fit is None else tuple(
+            old + _PER_ROW_SMOOTHING * (new - old) for old, new in zip(fit, sample))
+        x, y, xx, xy = fit
+        spread = xx - x * x
+        if spread >= _PER_ROW_MIN_SPREAD ** 2:
+            self.overhead_per_row_s = min(max((xy - x * y) / spread, 0.0), _PER_ROW_MAX_S)
 
     def step_s(self, rows: int) -> float:
         """Predicted interval of an LM step that decodes `rows` requests."""
         return self.costs.decode_step_s(min(max(rows, 1), self.cfg.max_decode_batch)) + self.overhead_s
+
+    def first_audio_step_s(self, rows: int) -> float:
+        """Predicted interval of a step that decodes `rows` requests, for a first audio's prediction: with
+        `first_audio_step_growth`, the overhead at those rows, from the overhead at the latest steps' rows and the
+        host time a row adds; otherwise `step_s`."""
+        rows = min(max(rows, 1), self.cfg.max_decode_batch)
+        if self.rows_mean is None:
+            return self.step_s(rows)
+        overhead = max(self.overhead_s + self.overhead_per_row_s * (rows - self.rows_mean), 0.0)
+        return self.costs.decode_step_s(rows) + overhead
 
     def backbone_frames_per_s(self) -> float:
         return self.cfg.max_decode_batch / self.step_s(self.cfg.max_decode_batch)

@@ -12,7 +12,10 @@ from the cost model and the measured step interval, both updated online.
      what the backbone makes while the codec lane, short of it, fell behind: every admitted stream stalled; or
   2. its predicted first audio (the prefills queued ahead of it, its own, its first chunk at the predicted step
      interval, and the first chunk's way to audio as measured, `CapacityModel.first_audio_handover_s`) is later
-     than T.
+     than T. With `first_audio_step_growth` those steps are predicted at the rows they will carry: the requests in
+     progress now plus half of what their number grew by over the last `_GROWTH_WINDOW_S`, continued for as long
+     as the first audio takes (no growth at a steady load, where as many end as start), and with the host time a
+     row adds (`CapacityModel.first_audio_step_s`).
 - While waiting, reject a request that can no longer reach its first audio within T: serving it late would cost
   running streams their deadlines and still miss.
 - Before either rule, with `feedback_limit`, refuse an arrival past the limit on requests in progress that
@@ -28,7 +31,7 @@ for the step log.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -45,6 +48,9 @@ REFUSED_CODEC = "refused: codec frames"
 REFUSED_FIRST_AUDIO = "refused: first audio late"
 REFUSED_LIMIT = "refused: in-progress limit"
 SHED_WAITING = "shed while waiting"
+# How far back the growth of the requests in progress is measured (`first_audio_step_growth`): about as long as a
+# first audio takes, so that a burst's onset counts while its first audios are still to come.
+_GROWTH_WINDOW_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,8 @@ class OverloadGuard:
         self._demand_at = 0.0
         self.limit = limit
         self._evidence = None  # the guard that made the limit keeps it up to date from the streams it sees
+        self._loads: deque[tuple[float, int]] = deque()  # (time, requests in progress) at the latest arrivals
+        self.rows_growth_per_s = 0.0  # how fast the requests in progress grew lately (`first_audio_step_growth`)
         if limit is None and cfg.feedback_limit:
             self.limit = ConcurrencyLimit(limit_settings(cfg))
             self._evidence = StreamEvidence(self.limit, self.schedule)
@@ -125,10 +133,24 @@ class OverloadGuard:
 
     def first_audio_s(self, request: WaitingRequest, running: int, queued_ahead: int) -> float:
         """Predicted time from now to the request's first audio."""
-        step = self.step_s(running + queued_ahead + 1)
-        rounds_ahead = queued_ahead // self.cfg.max_prefills_per_step
+        rows = running + queued_ahead + 1
+        steps = queued_ahead // self.cfg.max_prefills_per_step + self.cfg.first_chunk_frames
         own = self.costs.prefill_s(request.prompt_tokens) + self.capacity.first_audio_handover_s()
-        return (rounds_ahead + self.cfg.first_chunk_frames) * step + own
+        if not self.cfg.first_audio_step_growth:
+            return steps * self.step_s(rows) + own
+        first = steps * self.capacity.first_audio_step_s(rows) + own
+        later = rows + round(self.rows_growth_per_s * first / 2)  # the rows its steps carry, on average
+        return steps * self.capacity.first_audio_step_s(later) + own
+
+    def _note_load(self, now: float, busy: int) -> None:
+        """The requests in progress at an arrival, for `rows_growth_per_s`."""
+        loads = self._loads
+        loads.append((now, busy))
+        while len(loads) > 1 and loads[1][0] <= now - _GROWTH_WINDOW_S:
+            loads.popleft()
+        then, before = loads[0]
+        span = now - then
+        self.rows_growth_per_s = max(busy - before, 0) / span if span >= _GROWTH_WINDOW_S / 2 else 0.0
 
     def frame_demand(
         self, now: float, streams: Sequence[StreamState], waiting: Sequence[WaitingRequest]
@@ -191,7 +213,10 @@ class OverloadGuard:
         self, now: float, request: WaitingRequest, streams: Sequence[StreamState], waiting: Sequence[WaitingRequest]
     ) -> Rejection | None:
         demand = self._current_demand(now, streams, waiting)
-        busy = in_progress(streams, waiting) if self.limit is not None else 0
+        growth = self.cfg.first_audio_step_growth
+        busy = in_progress(streams, waiting) if self.limit is not None or growth else 0
+        if growth:
+            self._note_load(now, busy)
         if self.limit is not None and not self.limit.admits(busy):
             self.decisions[REFUSED_LIMIT] += 1
             reason = (f"server at capacity: {busy} requests in progress, the most it has lately kept within the "
