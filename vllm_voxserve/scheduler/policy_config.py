@@ -56,11 +56,11 @@ class SchedulerPolicyConfig:
     limit_floor: int = 16  # the learned limits never go below (a short burst on an idle server is admitted)
     limit_min_late: int = 3  # fewest late first audios in a window that cut a learned limit (one is chance)
     demand_refresh_s: float = 0.05  # how stale the streams' frame demand may be (arrivals in between add theirs)
-    # predict a first audio's steps at the rows they will carry (the requests admitted in the last second keep coming)
-    # and with the host time each row adds, measured (capacity.py); off: at the rows in progress now and one host
-    # time a step. Near capacity on a slow host the steps grew from 10.8 ms at 85 rows to 18.1 ms at 160 within
-    # seconds, and the first audios admitted before the growth came 7-18 ms late at p50 (2026-12-06_bd67b01, H100);
-    # off until a GPU measures it beside the defaults
+    # predict a first audio's steps at the rows they will carry (the requests in progress still growing as they did
+    # over the last 250 ms) and with the host time each row adds, measured (overload.py, capacity.py); off: at the
+    # rows in progress now and one host time a step. Near capacity on a slow host the steps grew from 10.8 ms at 85
+    # rows to 18.1 ms at 160 within seconds, and the late first audios were late by 7-18 ms at p50
+    # (2026-12-06_bd67b01, H100); off until a GPU measures it beside the defaults
     first_audio_step_growth: bool = False  # predict first audio at the rows and host time its steps will have
     min_retry_after_s: float = 1.0  # smallest Retry-After of a 503
     default_expected_frames: int = 100  # when a request's length cannot be estimated (≈ LibriTTS mean)
