@@ -9,7 +9,8 @@ waiting for a lane: p50/max), and the worker's part of the time to first audio o
 window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms), and the lanes pump's host time (p50/p99 of
 a step, and in parentheses its mean in ms a second of steps: the median says how the work is spread over the steps,
 the rate how much there is). The scheduler's lines get their own table:
-its host time, admitted streams, admission's capacity estimates and demand shares, and its decisions by reason; the
+its host time, admitted streams, admission's capacity estimates and demand shares, how long arrivals took to reach
+the engine (p50/p99 ms: the part of T spent before admission judged them), and its decisions by reason; the
 API server's cuts of its in-progress limit (`edge_admission`), one row each, with what made them; and the API
 server's load (`server_load`: its event loop's lag and its threads' CPU).
 """
@@ -33,7 +34,7 @@ _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms af
            "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
            "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",
            "admitted streams", "capacity backbone frames/s", "capacity codec frames/s", "step overhead ms",
-           "demand % of backbone", "demand % of codec", "codebook0 draw us")
+           "demand % of backbone", "demand % of codec", "codebook0 draw us", "arrival age ms")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
                    r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 
@@ -136,7 +137,8 @@ def format_table(rows: list[dict]) -> str:
                      f" ({_cell(r, 'pump_us_per_s', scale=1e-3)})")
     if scheduler:  # the policy's own host time a step (schedule + update), in the same engine-core thread
         lines += ["", "time      steps  scheduler host ms p50/p90 (schedule, update, total)  admitted streams  "
-                      "capacity frames/s backbone/codec  demand % backbone/codec max  admission decisions"]
+                      "capacity frames/s backbone/codec  demand % backbone/codec max  arrival age ms p50/p99  "
+                      "admission decisions"]
         for r in scheduler:
             parts = "  ".join(f"{_cell(r, n, digits=3)}/{_cell(r, n, 'p90', digits=3)}"
                               for n in ("schedule", "update", "total"))
@@ -145,7 +147,9 @@ def format_table(rows: list[dict]) -> str:
                          f"{_cell(r, 'capacity backbone frames/s', digits=0):>15}/"
                          f"{_cell(r, 'capacity codec frames/s', digits=0):<16}  "
                          f"{_cell(r, 'demand % of backbone', 'max', digits=0):>13}/"
-                         f"{_cell(r, 'demand % of codec', 'max', digits=0):<13}  {decisions}")
+                         f"{_cell(r, 'demand % of codec', 'max', digits=0):<13}  "
+                         f"{_cell(r, 'arrival age ms', digits=0):>11}/{_cell(r, 'arrival age ms', 'p99', digits=0):<10}  "
+                         f"{decisions}")
     cuts = [r for r in rows if r.get("source") == "edge"]
     if cuts:  # refusals at the API server: the engine's table does not see them
         lines += ["", "time      the API server's in-progress limit"]

@@ -81,6 +81,18 @@ def test_the_schedulers_admission_estimates_and_decisions_are_parsed():
     assert "21000/" in last and "accepted 14, refused: codec frames 4" in last
 
 
+def test_how_long_arrivals_took_to_reach_the_engine_is_a_column_of_the_schedulers_table():
+    timer, lines = scheduler_window(every=2)
+    for age_ms in (12.5, 48.0):
+        timer.add("schedule", 0.0002)
+        timer.add_gauge("arrival age ms", age_ms)
+        timer.end_step()
+    row = parse_line(engine_core_line(lines[0]))
+    assert row["arrival age ms"] == {"p50": 12.5, "p99": 48.0, "max": 48.0}
+    table = format_table([row]).splitlines()
+    assert "arrival age ms p50/p99" in table[-2] and "12/48" in table[-1].split()
+
+
 def test_every_admission_reason_the_scheduler_logs_is_tallied():
     from vllm_voxserve.scheduler import overload
 

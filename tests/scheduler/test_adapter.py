@@ -383,6 +383,19 @@ def test_admission_decisions_reach_the_log_line():
     assert "admission refused: first audio late 1" in lines[0] and "demand % of codec" in lines[0]
 
 
+def test_how_long_a_request_took_to_reach_the_engine_is_logged():
+    scheduler, clock = build()
+    lines = []
+    scheduler.host_times = StepHostTimes(every=2, report=lines.append, title="voxserve scheduler host time")
+    late = speech_request("a", clock)
+    late.arrival_time = clock.t - 0.034  # the API server held it 34 ms before the engine core saw it
+    scheduler.add_request(late)
+    scheduler.add_request(speech_request("b", clock))
+    for _ in range(2):
+        step(scheduler, clock)
+    assert "arrival age ms 0/34/34" in lines[0]
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_a_request_the_worker_failed_ends_at_once_with_its_error(async_scheduling):
     scheduler, clock = build(async_scheduling=async_scheduling)

@@ -125,6 +125,8 @@ class SpeechPolicyMixin(TextStreamsMixin):
         waiting = self._waiting_request(request, now)
         if waiting is None:
             return
+        # the part of T spent before the engine saw it (the API server, the hand-over, the step it arrived during)
+        self.host_times.add_gauge("arrival age ms", round(self._age(request) * 1e3, 1))
         rejection = self._check_arrival(now, waiting, request) if self.held or self._busy() else None
         if self.refusal_plan is not None and self.refusal_plan.refuses(self.rank, self._seed(request)):
             rejection = Rejection(request.request_id, self.speech_policy.min_retry_after_s,
