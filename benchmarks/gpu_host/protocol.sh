@@ -11,6 +11,8 @@
 #   CONFIG   further members of --additional-config, for a measurement away from the defaults (JSON without
 #            spaces, e.g. CONFIG='"voxserve_internal":{"scheduler":{"background_min_batch":32}}'; default: none, the
 #            defaults a user gets)
+#   SETTINGS further members of its "voxserve" object, the settings a user may set, the same way (e.g.
+#            SETTINGS='"lanes":{"split":{"group_sms":72}}'; default: none)
 #   STAGES   default "serve sweep wait":
 #     serve    measure the idle host's speed (benchmarks/host_speed.py), start a server with no flag but the admin
 #              routes (the mode switch needs them), wait until healthy; the compile cache it used or wrote goes to
@@ -99,7 +101,7 @@ for stage in ${STAGES:-serve sweep wait}; do
     # a mode with the codec inline starts with it, so the codec lanes are never built beside it: on an 80 GB GPU
     # switching a server that started with the lanes to the inline codec finds no device memory (2026-12-06_a0a5467)
     codec=""; case $mode in vllm-stock|inline*) codec=',"codec_mode":"inline"' ;; esac
-    config="{\"voxserve\":{\"admin_routes\":true$codec}${CONFIG:+,$CONFIG}}"  # one word: serve_smoke.sh splits SERVE_ARGS
+    config="{\"voxserve\":{\"admin_routes\":true$codec${SETTINGS:+,$SETTINGS}}${CONFIG:+,$CONFIG}}"  # one word: serve_smoke.sh splits SERVE_ARGS
     OUT=$work/serve_$server KEEP_SERVER=1 SERVE_ARGS="--additional-config $config$dp_args" \
       PROBE_ARGS="--concurrency 1" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke_$label.txt" 2>&1 \
       || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$server/serve.log"; exit 1; }
