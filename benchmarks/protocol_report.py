@@ -7,7 +7,8 @@ records of one server start, e.g. its sweep and its overload rates) is recompute
 goodput, shares refused (429/503) and failed, stalls, attainment in the first vs the last third of each window;
 capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed; refusals by where the server
 decided them (at the API server, at the engine core on arrival, or held then shed) with their answer times; admitted
-requests whose first audio came late, with how they bunched in time (seconds with any, most in one second). Writes
+requests whose first audio came late, with how they bunched in time (seconds with any, most in one second); the
+host's single-thread speed where the start's folder keeps it (`host.json`, `host_speed_of`). Writes
 DIR/protocol.md (tables to paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots,
 one line per entry. A closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of
 requests in flight.
@@ -55,6 +56,19 @@ def entries_of(record: dict[str, Any], source: str, label: str | None = None) ->
                 for mode, body in record["modes"].items()]
     return [Entry(label or record.get("server", Path(source).name), source, record, None, record.get("runs", []),
                   slo)]
+
+
+def host_speed_of(source: str) -> float | None:
+    """The idle host's single-thread speed (`benchmarks.host_speed`'s python passes a second) that a server start's
+    folder keeps beside its record (`START/host.json` with the record in START or START/sweep): capacity follows it
+    near the limit, so two starts are read beside it."""
+    for part in source.split("+"):
+        path = Path(part)
+        folder = path if path.is_dir() else path.parent
+        for candidate in (folder / "host.json", folder.parent / "host.json"):
+            if candidate.is_file():
+                return json.loads(candidate.read_text()).get("python_per_s")
+    return None
 
 
 def joined_record(source: str) -> dict[str, Any]:
@@ -128,12 +142,15 @@ def capacity_table(summaries: list[ProtocolSummary], entries: list[Entry], basel
     head = ["server", "capacity at 90 % (req/s)", "capacity at 99 % (req/s)", "p99 TTFA at the 99 % capacity",
             "goodput at 1.5× / 2× the 99 % capacity", "last vs first third (rates up to the 90 % capacity)"]
     head += [f"99 % capacity vs {baseline}"] if reference else []
+    head += ["host, python passes/s"]
     lines = ["| " + " | ".join(head + ["commit"]) + " |", "|" + "---|" * (len(head) + 1)]
     for summary, entry in zip(summaries, entries):
         at_top = summary.row_at(summary.capacity["0.99"].rate)
         cells = [summary.label, summary.capacity["0.90"].text(), summary.capacity["0.99"].text(),
                  _ms(at_top.pooled.ttfa_p99_s) if at_top else "n/a", _goodput_cell(summary),
                  _stability_cell(summary)] + _ratio_cell(summary, reference)
+        host = host_speed_of(entry.source)
+        cells.append("n/a" if host is None else f"{host:,.0f}")
         commit = str(entry.record.get("commit") or "?")[:7]
         lines.append("| " + " | ".join(cells + [commit]) + " |")
     return lines
@@ -236,6 +253,7 @@ def report_json(summaries: list[ProtocolSummary], entries: list[Entry], closed: 
             "entries": [{**summary.to_json(), "source": entry.source, "mode": entry.mode,
                          "server": entry.record.get("server"), "commit": entry.record.get("commit"),
                          "created_at": entry.record.get("created_at"), "command": entry.record.get("command"),
+                         "host_python_per_s": host_speed_of(entry.source),
                          "slo": {"ttfa_target_s": entry.slo.ttfa_target_s,
                                  "stall_threshold_s": entry.slo.stall_threshold_s}}
                         for summary, entry in zip(summaries, entries)]}
