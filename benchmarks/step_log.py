@@ -148,7 +148,8 @@ def format_table(rows: list[dict]) -> str:
                          f"{_cell(r, 'capacity codec frames/s', digits=0):<16}  "
                          f"{_cell(r, 'demand % of backbone', 'max', digits=0):>13}/"
                          f"{_cell(r, 'demand % of codec', 'max', digits=0):<13}  "
-                         f"{_cell(r, 'arrival age ms', digits=0):>11}/{_cell(r, 'arrival age ms', 'p99', digits=0):<10}  "
+                         f"{_cell(r, 'arrival age ms', digits=0):>11}/"
+                         f"{_cell(r, 'arrival age ms', 'p99', digits=0):<10}  "
                          f"{decisions}")
     cuts = [r for r in rows if r.get("source") == "edge"]
     if cuts:  # refusals at the API server: the engine's table does not see them

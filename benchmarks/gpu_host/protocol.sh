@@ -101,7 +101,8 @@ for stage in ${STAGES:-serve sweep wait}; do
     # a mode with the codec inline starts with it, so the codec lanes are never built beside it: on an 80 GB GPU
     # switching a server that started with the lanes to the inline codec finds no device memory (2026-12-06_a0a5467)
     codec=""; case $mode in vllm-stock|inline*) codec=',"codec_mode":"inline"' ;; esac
-    config="{\"voxserve\":{\"admin_routes\":true$codec${SETTINGS:+,$SETTINGS}}${CONFIG:+,$CONFIG}}"  # one word: serve_smoke.sh splits SERVE_ARGS
+    # one word: serve_smoke.sh splits SERVE_ARGS
+    config="{\"voxserve\":{\"admin_routes\":true$codec${SETTINGS:+,$SETTINGS}}${CONFIG:+,$CONFIG}}"
     OUT=$work/serve_$server KEEP_SERVER=1 SERVE_ARGS="--additional-config $config$dp_args" \
       PROBE_ARGS="--concurrency 1" bash benchmarks/gpu_host/serve_smoke.sh > "$work/smoke_$label.txt" 2>&1 \
       || { tail -40 "$work/smoke_$label.txt"; tail -60 "$work/serve_$server/serve.log"; exit 1; }
