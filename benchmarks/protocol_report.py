@@ -38,6 +38,7 @@ class Entry:
     mode: str | None
     runs: list[dict[str, Any]]
     slo: SloSpec
+    host_python_per_s: float | None = None  # the host's speed on one thread (`host_speed_of`), where kept
 
 
 def slo_of(record: dict[str, Any]) -> SloSpec:
@@ -50,12 +51,12 @@ def slo_of(record: dict[str, Any]) -> SloSpec:
 
 
 def entries_of(record: dict[str, Any], source: str, label: str | None = None) -> list[Entry]:
-    slo = slo_of(record)
+    slo, host = slo_of(record), host_speed_of(source)
     if "modes" in record:
-        return [Entry(f"{label} {mode}" if label else mode, source, record, mode, body.get("runs", []), slo)
+        return [Entry(f"{label} {mode}" if label else mode, source, record, mode, body.get("runs", []), slo, host)
                 for mode, body in record["modes"].items()]
     return [Entry(label or record.get("server", Path(source).name), source, record, None, record.get("runs", []),
-                  slo)]
+                  slo, host)]
 
 
 def host_speed_of(source: str) -> float | None:
@@ -149,7 +150,7 @@ def capacity_table(summaries: list[ProtocolSummary], entries: list[Entry], basel
         cells = [summary.label, summary.capacity["0.90"].text(), summary.capacity["0.99"].text(),
                  _ms(at_top.pooled.ttfa_p99_s) if at_top else "n/a", _goodput_cell(summary),
                  _stability_cell(summary)] + _ratio_cell(summary, reference)
-        host = host_speed_of(entry.source)
+        host = entry.host_python_per_s
         cells.append("n/a" if host is None else f"{host:,.0f}")
         commit = str(entry.record.get("commit") or "?")[:7]
         lines.append("| " + " | ".join(cells + [commit]) + " |")
@@ -253,7 +254,7 @@ def report_json(summaries: list[ProtocolSummary], entries: list[Entry], closed: 
             "entries": [{**summary.to_json(), "source": entry.source, "mode": entry.mode,
                          "server": entry.record.get("server"), "commit": entry.record.get("commit"),
                          "created_at": entry.record.get("created_at"), "command": entry.record.get("command"),
-                         "host_python_per_s": host_speed_of(entry.source),
+                         "host_python_per_s": entry.host_python_per_s,
                          "slo": {"ttfa_target_s": entry.slo.ttfa_target_s,
                                  "stall_threshold_s": entry.slo.stall_threshold_s}}
                         for summary, entry in zip(summaries, entries)]}
