@@ -10,12 +10,12 @@ from the cost model and the measured step interval, both updated online.
      the backbone (due δu early, when a chunk would turn urgent), and frames generated or not yet decoded past each
      stream's first chunk (the urgent lane's), against the codec lane. Checking the backbone alone admitted up to
      what the backbone makes while the codec lane, short of it, fell behind: every admitted stream stalled; or
-  2. its predicted first audio (the prefills queued ahead of it, its own, its first chunk at the predicted step
-     interval, and the first chunk's way to audio as measured, `CapacityModel.first_audio_handover_s`) is later
-     than T. With `first_audio_step_growth` those steps are predicted at the rows they will carry: the requests in
-     progress now plus half of what their number grew by over the last `_GROWTH_WINDOW_S`, continued for as long
-     as the first audio takes (no growth at a steady load, where as many end as start), and with the host time a
-     row adds (`CapacityModel.first_audio_step_s`).
+  2. its predicted first audio (the time since it arrived, the prefills queued ahead of it, its own, its first
+     chunk at the predicted step interval, and the first chunk's way to audio as measured,
+     `CapacityModel.first_audio_handover_s`) is later than T. With `first_audio_step_growth` those steps are
+     predicted at the rows they will carry: the requests in progress now plus half of what their number grew by
+     over the last `_GROWTH_WINDOW_S`, continued for as long as the first audio takes (no growth at a steady load,
+     where as many end as start), and with the host time a row adds (`CapacityModel.first_audio_step_s`).
 - While waiting, reject a request that can no longer reach its first audio within T: serving it late would cost
   running streams their deadlines and still miss.
 - Before either rule, with `feedback_limit`, refuse an arrival past the limit on requests in progress that
@@ -236,10 +236,12 @@ class OverloadGuard:
                     retry = max((before + added - supply) / frames_per_s, self.cfg.min_retry_after_s)
                     return Rejection(request.request_id, retry, reason)
         running = sum(not s.generation_done for s in streams)
-        first_audio = self.first_audio_s(request, running, len(waiting))
+        # from its arrival, as `shed_waiting` judges it: the time it spent reaching the engine counts against T, or a
+        # request accepted here is shed at the next step, its refusal answered a step or more later
+        first_audio = max(now - request.arrival_time, 0.0) + self.first_audio_s(request, running, len(waiting))
         if first_audio > self.cfg.ttfa_target_s:
             self.decisions[REFUSED_FIRST_AUDIO] += 1
-            reason = (f"server at capacity: first audio predicted after {first_audio * 1000:.0f} ms "
+            reason = (f"server at capacity: first audio predicted {first_audio * 1000:.0f} ms after arrival "
                       f"(target {self.cfg.ttfa_target_s * 1000:.0f} ms)")
             return Rejection(request.request_id, self.cfg.min_retry_after_s, reason)
         demand.add(own)  # until the next refresh counts it
