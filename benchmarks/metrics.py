@@ -130,6 +130,13 @@ def meets_slo(timeline: Timeline, slo: SloSpec) -> bool:
     return first is not None and first <= slo.ttfa_target_s and not stalled(timeline, slo)
 
 
+def attainment_percent(share: float) -> str:
+    """An attainment as a percentage to one decimal, rounded down, so that a rate that missed a threshold never
+    reads as meeting it (0.9899 reads 98.9, not 99.0). The tiny lift keeps shares that are exact in decimal but not
+    in binary, like 0.57, from flooring a step low."""
+    return f"{math.floor(share * 1000 + 1e-6) / 10:.1f}"
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated percentile (numpy's default method); None for no values."""
     if not 0 <= q <= 100:

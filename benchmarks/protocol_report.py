@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.metrics import SloSpec
+from benchmarks.metrics import SloSpec, attainment_percent
 from benchmarks.protocol import ProtocolSummary, RateRow, summarize_protocol
 from benchmarks.record import read_record
 
@@ -165,10 +165,11 @@ def _refused_cell(row: RateRow) -> str:
 
 def _rate_line(row: RateRow) -> str:
     s = row.pooled
-    per_seed = " / ".join(f"{100 * a:.1f}" for a in row.attainment_per_seed)
+    per_seed = " / ".join(attainment_percent(a) for a in row.attainment_per_seed)
     thirds = "n/a" if row.first_third is None or row.last_third is None else \
-        f"{100 * row.first_third:.1f} → {100 * row.last_third:.1f}"
-    cells = [f"{row.rate:g}" + (" (ended early)" if s.cut_short else ""), _pct(s.attainment), per_seed,
+        f"{attainment_percent(row.first_third)} → {attainment_percent(row.last_third)}"
+    cells = [f"{row.rate:g}" + (" (ended early)" if s.cut_short else ""), f"{attainment_percent(s.attainment)} %",
+             per_seed,
              _ms(s.ttfa_p99_s), f"{s.goodput:.1f}", _refused_cell(row), _pct(row.failed_share),
              str(s.num_stalled), thirds]
     return "| " + " | ".join(cells) + " |"

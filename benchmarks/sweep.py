@@ -13,7 +13,8 @@ from datetime import datetime, timezone
 import aiohttp
 
 from benchmarks.client import RequestRecord, ServerProfile, build_payload, stream_request
-from benchmarks.metrics import CANCELLED, RateSummary, SloSpec, capacities, meets_slo, summarize_rate
+from benchmarks.metrics import (CANCELLED, RateSummary, SloSpec, attainment_percent, capacities, meets_slo,
+                                summarize_rate)
 from benchmarks.workload import (
     FRAMES_PER_WORD, PlannedRequest, TextOrder, frames_for_text, load_texts, plan_run, word_count,
 )
@@ -340,8 +341,8 @@ def run_sweep(config: SweepConfig, warm_up: bool = True, on_update: Callable[[Sw
 
 def format_rate_line(s: RateSummary) -> str:
     p99 = f"{s.ttfa_p99_s * 1000:.0f} ms" if s.ttfa_p99_s is not None else "n/a"
-    return (f"{s.rate:g} req/s: attainment {s.attainment:.1%} ({s.num_met}/{s.num_requests}), p99 TTFA {p99}, "
-            f"goodput {s.goodput:.2f} req/s, rejected {s.num_rejected}, failed {s.num_failed}, "
+    return (f"{s.rate:g} req/s: attainment {attainment_percent(s.attainment)}% ({s.num_met}/{s.num_requests}), "
+            f"p99 TTFA {p99}, goodput {s.goodput:.2f} req/s, rejected {s.num_rejected}, failed {s.num_failed}, "
             f"stalled {s.num_stalled}")
 
 

@@ -1,9 +1,10 @@
 import pytest
 
 from benchmarks.metrics import (
-    COMPLETED, FAILED, REJECTED, TIMED_OUT, SloSpec, Timeline, meets_slo, percentile, playback_pause_s,
-    slo_capacity, stalled, summarize_rate, ttfa_s,
+    COMPLETED, FAILED, REJECTED, TIMED_OUT, SloSpec, Timeline, attainment_percent, meets_slo, percentile,
+    playback_pause_s, slo_capacity, stalled, summarize_rate, ttfa_s,
 )
+from benchmarks.sweep import format_rate_line
 
 SLO = SloSpec(ttfa_target_s=0.200, stall_threshold_s=0.010)
 
@@ -113,3 +114,17 @@ def test_bad_inputs_raise_value_error():
         SloSpec(ttfa_target_s=0)
     with pytest.raises(ValueError):
         slo_capacity({1: 1.0}, 1.5)
+
+
+@pytest.mark.parametrize("met, total, shown", [(9868, 9969, "98.9"), (9969, 9969, "100.0"), (57, 100, "57.0"),
+                                                (29, 100, "29.0"), (99, 100, "99.0"), (9999, 10000, "99.9"),
+                                                (0, 5, "0.0")])
+def test_attainment_is_shown_rounded_down(met, total, shown):
+    # a rate that missed 99 % by a hundredth of a point once printed as 99.0 %, the threshold it missed
+    assert attainment_percent(met / total) == shown
+
+
+def test_the_sweep_line_never_shows_a_missed_threshold_as_met():
+    timelines = [chunks((0.1, 5.0))] * 9868 + [Timeline(sent_s=0.0, outcome=REJECTED)] * 101
+    line = format_rate_line(summarize_rate(112, 90.0, timelines, SLO))
+    assert "attainment 98.9% (9868/9969)" in line
