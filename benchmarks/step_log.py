@@ -3,12 +3,12 @@
 The worker logs one `voxserve step host time over N steps ...` line per window (`step_host_times.py`: every
 2,000 steps or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's
 rates: steps, mean decode batch, the backbone's frames per second, decode and prompt-carrying steps' device time
-(p50), the step interval (p50/p90), the device's idle gap before a step (p50/p90: the host time it waited for), our
-host time (p50 of the total), each codec lane's busy share and mean batch, the gauges (open audio streams, chunks
-waiting for a lane: p50/max), and the worker's part of the time to first audio of the requests that heard it in the
-window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms), and the lanes pump's host time (p50/p99 of
-a step, and in parentheses its mean in ms a second of steps: the median says how the work is spread over the steps,
-the rate how much there is). The scheduler's lines get their own table:
+(p50), the step interval (p50/p90 and the window's longest, ms), the device's idle gap before a step (p50/p90: the
+host time it waited for), our host time (p50 of the total), each codec lane's busy share and mean batch, the gauges
+(open audio streams, chunks waiting for a lane: p50/max), and the worker's part of the time to first audio of the
+requests that heard it in the window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms), and the lanes
+pump's host time (p50/p99 of a step, and in parentheses its mean in ms a second of steps: the median says how the
+work is spread over the steps, the rate how much there is). The scheduler's lines get their own table:
 its host time, admitted streams, admission's capacity estimates and demand shares, how long arrivals took to reach
 the engine (p50/p99 ms: the part of T spent before admission judged them), and its decisions by reason; the
 API server's cuts of its in-progress limit (`edge_admission`), one row each, with what made them; and the API
@@ -74,6 +74,9 @@ def parse_line(text: str) -> dict | None:
         name, rest = spread["name"].strip(), spread["rest"]
         keys = ("p50", "p99", "max") if name in _GAUGES else ("p50", "p90", "p99")  # gauges: p50/p99/max
         row[name] = dict(zip(keys, (float(spread["p50"]), float(spread["p90"]), float(spread["p99"])), strict=True))
+        longest = re.search(r"longest ([\d.]+) ending", rest)  # one blocked step, which no percentile shows
+        if longest:
+            row[name]["longest"] = float(longest.group(1))
         batch = re.search(r"at mean batch ([\d.]+)", rest)
         if batch:
             row["batch"] = float(batch.group(1))
@@ -110,8 +113,8 @@ def _cell(row: dict, name: str, key: str = "p50", scale: float = 1.0, digits: in
 
 
 def format_table(rows: list[dict]) -> str:
-    head = ("time      steps batch frames/s decode  prefill(share)  interval p50/p90  gap p50/p90  host  urgent  "
-            "background    streams  waiting  to cut   to audio   pump us p50/p99 (ms/s)")
+    head = ("time      steps batch frames/s decode  prefill(share)  interval p50/p90/longest  gap p50/p90  host  "
+            "urgent  background    streams  waiting  to cut   to audio   pump us p50/p99 (ms/s)")
     lines = [head]
     scheduler = [r for r in rows if r.get("source") == "scheduler"]
     for r in rows:
@@ -129,7 +132,8 @@ def format_table(rows: list[dict]) -> str:
                   f"{_cell(r, 'first audio ms after cut', 'p99', digits=0)}")
         lines.append(f"{r['time']}  {r['steps']:5d} {_cell(r, 'batch'):>5} {_cell(r, 'frames_per_s', digits=0):>8} "
                      f"{_cell(r, 'decode device time'):>6}  "
-                     f"{prefill:>14}  {_cell(r, 'step interval'):>7}/{_cell(r, 'step interval', 'p90'):<7}  "
+                     f"{prefill:>14}  {_cell(r, 'step interval'):>7}/{_cell(r, 'step interval', 'p90')}/"
+                     f"{_cell(r, 'step interval', 'longest', digits=0):<7}  "
                      f"{_cell(r, 'device gap before a step', digits=2):>5}/"
                      f"{_cell(r, 'device gap before a step', 'p90', digits=2):<5}  "
                      f"{_cell(r, 'total', digits=2):>4}  {lanes}  {gauges}  "

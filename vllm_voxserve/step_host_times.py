@@ -41,6 +41,7 @@ class StepHostTimes:
         # host sees it) and the device time of decode steps with their batch, so one line shows where a step goes
         self._intervals: list[float] = []
         self._last_end: float | None = None
+        self._longest = (0.0, 0.0)  # the window's longest step interval and when it ended
         self._decode: list[tuple[int, float]] = []
         self._prefill: list[tuple[int, float]] = []  # steps with prompt tokens (mixed with the decode rows)
         self._gauges: dict[str, list[float]] = {}
@@ -85,7 +86,10 @@ class StepHostTimes:
             self._current = {}
         now = self.clock()
         if self._last_end is not None:
-            self._intervals.append(now - self._last_end)
+            interval = now - self._last_end
+            if interval > self._longest[0]:
+                self._longest = (interval, now)
+            self._intervals.append(interval)
         self._last_end = now
         if self._window_started is None:
             self._window_started = now
@@ -99,6 +103,9 @@ class StepHostTimes:
         line = f"{self.title} over {len(self._window)} steps (ms, p50/p90/p99): " + "; ".join(
             _spread(name, v) for name, v in columns.items())
         line += _spread("; step interval", self._intervals)
+        if self._intervals:  # a single blocked step (a pause of a second among 600 steps) escapes every percentile
+            longest, ended = self._longest
+            line += f", longest {longest * 1e3:.1f} ending {now - ended:.1f} s before this line"
         if self._decode:
             line += _spread("; decode device time", [sec for _, sec in self._decode])
             line += f" at mean batch {sum(n for n, _ in self._decode) / len(self._decode):.1f}"
@@ -122,6 +129,6 @@ class StepHostTimes:
         line += "".join(f"; {name} {total}" for name, total in self._tallies.items())
         self._window, self._intervals, self._decode, self._prefill, self._gauges, self._batches, self._gaps = (
             [], [], [], [], {}, {}, [])
-        self._counts, self._tallies = {}, {}
+        self._counts, self._tallies, self._longest = {}, {}, (0.0, 0.0)
         self.report(line)
         return line

@@ -51,6 +51,18 @@ def test_a_logged_window_round_trips_into_a_row():
     assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  2/2  100/900 (40.0)")
 
 
+def test_the_windows_longest_step_interval_is_parsed_and_shown_beside_its_percentiles():
+    lines, now = [], [0.0]
+    timer = StepHostTimes(every=200, report=lines.append, clock=lambda: now[0], every_s=1e9)
+    for step in range(200):
+        now[0] += 1.25 if step == 100 else 0.012  # one blocked step: its percentiles stay at 12 ms
+        timer.add("prepare", 0.0004)
+        timer.end_step()
+    row = parse_line(engine_core_line(lines[0], "12-06 11:58:30", "step_host_times.py:126"))
+    assert row["step interval"] == {"p50": 12.0, "p90": 12.0, "p99": 12.0, "longest": 1250.0}
+    assert " 12.0/12.0/1250  " in format_table([row]).splitlines()[1]
+
+
 def test_the_schedulers_window_gets_its_own_table():
     timer, lines = scheduler_window(every=2)
     for streams in (3, 5):

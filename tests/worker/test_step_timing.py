@@ -41,6 +41,21 @@ def test_reports_each_part_and_the_total_once_per_window():
     assert timer.end_step() is None  # a new window started
 
 
+def test_the_windows_longest_step_interval_and_when_it_ended_are_in_the_line():
+    lines, now = [], [0.0]
+    timer = StepHostTimes(every=600, report=lines.append, clock=lambda: now[0], every_s=1e9)
+    for step in range(600):
+        now[0] += 1.3 if step == 300 else 0.015  # one blocked step among 600: every percentile misses it
+        timer.add("prepare", 0.001)
+        timer.end_step()
+    assert "step interval 15.000/15.000/15.000, longest 1300.0 ending 4.5 s before this line" in lines[0]
+    for step in range(600):  # the next window starts its own longest
+        now[0] += 0.05 if step == 599 else 0.015
+        timer.add("prepare", 0.001)
+        timer.end_step()
+    assert "step interval 15.000/15.000/15.000, longest 50.0 ending 0.0 s before this line" in lines[1]
+
+
 def test_a_window_also_closes_after_every_s_seconds_of_enough_steps():
     lines, now = [], [0.0]
     timer = StepHostTimes(every=2000, report=lines.append, clock=lambda: now[0], every_s=10.0, min_steps=20)
