@@ -25,6 +25,7 @@ def test_lanes_default_to_the_chunk_sizes_and_round_trip():
     ({"frame_counts": [10, 0]}, "positive integer"),
     ({"urgent_buckets": []}, "must not be empty"),
     ({"background_max_batch": 0}, "positive integer"),
+    ({"background_bucket_step": -8}, "background_bucket_step must be a positive integer"),
     ({"use_graphs": "yes"}, "true or false"),
     ({"split": {"group": "both"}}, "'codec' or 'lm'"),
     ({"split": {"sms": 8}}, "unknown voxserve_internal keys \\['lanes.split.sms'\\]"),

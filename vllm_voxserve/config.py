@@ -111,6 +111,9 @@ class LaneExecutables:
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # batch sizes of the urgent lane's executables
     # Near capacity on the H200 the background lane ran busy with batches of 56-64.
     background_max_batch: int = 64  # largest background codec batch (graphs at powers of two)
+    # A batch pads up to the next graph: 33 chunks ran as 64. In service on the H100 the lane spent 0.095-0.115 ms of
+    # device time a frame at mean batches of 23-47, where batches of 16 alone took 0.064 (2026-12-06_bf9a7fa).
+    background_bucket_step: int = 0  # graphs at powers of two below it, then at its multiples; 0: powers of two
     # 2 queues the next batch behind the running one, so the codec partition does not idle until the next engine
     # step feeds it.
     background_depth: int = 2  # background batches in flight at once
@@ -127,6 +130,8 @@ class LaneExecutables:
             raise ValueError(f"{self.WHERE}.urgent_buckets must not be empty")
         _check_positive_int(f"{self.WHERE}.background_max_batch", self.background_max_batch)
         _check_positive_int(f"{self.WHERE}.background_depth", self.background_depth)
+        if self.background_bucket_step != 0 or isinstance(self.background_bucket_step, bool):  # 0: powers of two
+            _check_positive_int(f"{self.WHERE}.background_bucket_step", self.background_bucket_step)
         if not isinstance(self.use_graphs, bool):
             raise ValueError(f"{self.WHERE}.use_graphs must be true or false, got {self.use_graphs!r}")
 

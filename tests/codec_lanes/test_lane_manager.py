@@ -5,7 +5,7 @@ import torch
 
 from tests.codec_lanes.toy_codec import ToyCodec, decode_alone, random_codes
 from vllm_voxserve.codec_lanes import CodecChunk, LaneConfig, LaneKind, LaneManager, cpu_partitions
-from vllm_voxserve.models.batch_sizes import powers_of_two_up_to, smallest_at_least
+from vllm_voxserve.models.batch_sizes import powers_of_two_up_to, powers_then_multiples, smallest_at_least
 from vllm_voxserve.codec_lanes.lane_manager import SlotAllocator
 from vllm_voxserve.models.program import CodecProgram, CodecStatePool, sample_rate
 
@@ -168,6 +168,11 @@ def test_closed_request_drops_audio_and_its_reused_slot_starts_fresh(codec):
 def test_bucket_helpers_and_slot_allocator():
     assert powers_of_two_up_to(48) == (1, 2, 4, 8, 16, 32, 48)
     assert powers_of_two_up_to(1) == (1,)
+    assert powers_then_multiples(64, 8) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert powers_then_multiples(20, 6) == (1, 2, 4, 6, 12, 18, 20)  # the largest batch stays the largest size
+    assert powers_then_multiples(48, 0) == powers_of_two_up_to(48)
+    with pytest.raises(ValueError):
+        powers_then_multiples(8, -1)
     assert smallest_at_least((1, 2, 4, 8), 3) == 4
     with pytest.raises(ValueError):
         smallest_at_least((1, 2), 3)
@@ -175,6 +180,24 @@ def test_bucket_helpers_and_slot_allocator():
     assert [slots.allocate(), slots.allocate()] == [0, 1]
     slots.free(0)
     assert slots.allocate() == 0
+
+
+def test_a_bucket_step_bounds_a_background_batchs_padding_and_keeps_its_audio(codec):
+    mgr, got = make_manager(codec, max_requests=16, background_max_batch=16, background_bucket_step=4)
+    lane = mgr.lanes[LaneKind.BACKGROUND]
+    assert lane.executables.buckets == (1, 2, 4, 8, 12, 16)
+    assert mgr.lanes[LaneKind.URGENT].executables.buckets == (1, 2, 4, 8, 16, 32)  # the urgent lane keeps its own
+    buckets_run = []
+    for exe in lane._sets:
+        exe.run = lambda bucket, frames, run=exe.run: (buckets_run.append(bucket), run(bucket, frames))[1]
+    utts = {f"r{i}": utterance(codec, 1, seed=40 + i) for i in range(9)}
+    for rid in utts:
+        mgr.open_request(rid)
+    mgr.submit(LaneKind.BACKGROUND, [CodecChunk(rid, 0, u[0], is_last=True) for rid, u in utts.items()])
+    assert mgr.drain() == 9 and buckets_run == [12]  # 9 chunks run as 12, not as 16
+    for rid, chunks in utts.items():
+        (mine,) = [c for c in got if c.request_id == rid]
+        assert torch.allclose(mine.audio, decode_alone(codec, chunks), atol=1e-5)
 
 
 def test_config_rejects_bad_values():
@@ -186,3 +209,6 @@ def test_config_rejects_bad_values():
         LaneConfig(background_max_batch=0)
     with pytest.raises(ValueError):
         LaneConfig(background_depth=0)
+    for step in (-8, True, 2.5):
+        with pytest.raises(ValueError, match="background_bucket_step must be a positive integer"):
+            LaneConfig(background_bucket_step=step)

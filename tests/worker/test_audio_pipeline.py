@@ -154,6 +154,15 @@ def test_first_chunks_go_to_the_urgent_lane_and_background_batches_wait_for_b(pr
     assert launched == sorted((r, k) for r, n in LENGTHS.items() for k in range(num_chunks(n)))
 
 
+def test_the_served_lanes_take_every_configured_executable_field(program):
+    pipeline, _, _ = make_pipeline(program, "lanes", lanes={"urgent_buckets": [1, 4], "background_max_batch": 32,
+                                                            "background_bucket_step": 8, "background_depth": 3})
+    lanes = pipeline.lanes.manager.lanes
+    assert lanes[LaneKind.URGENT].executables.buckets == (1, 4)
+    assert lanes[LaneKind.BACKGROUND].executables.buckets == (1, 2, 4, 8, 16, 24, 32)
+    assert lanes[LaneKind.BACKGROUND].depth == 3
+
+
 def test_a_small_background_batch_launches_early_when_its_deadline_nears(program):
     pipeline, sender, launches = make_pipeline(program, "lanes")
     codes = random_codes(FIRST + LATER, seed=3)

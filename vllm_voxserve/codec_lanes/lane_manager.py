@@ -94,7 +94,8 @@ class LaneManager:
                                   config.urgent_buckets)
         built = time.perf_counter()
         background = make_background_lane(program, self.pool, partitions, config.frame_counts, n + 1,
-                                          config.use_graphs, config.background_max_batch, config.background_depth)
+                                          config.use_graphs, config.background_max_batch, config.background_depth,
+                                          config.background_bucket_step)
         self.lanes: dict[LaneKind, CodecLane] = {LaneKind.URGENT: urgent, LaneKind.BACKGROUND: background}
         logger.info("codec lanes built in %.1f s: urgent lane %d executables in %.1f s (the codec's compile included), "
                     "background lane %d x %d in %.1f s", time.perf_counter() - started,

@@ -15,6 +15,17 @@ def powers_of_two_up_to(largest: int) -> tuple[int, ...]:
     return (*sizes, largest)
 
 
+def powers_then_multiples(largest: int, step: int) -> tuple[int, ...]:
+    """Powers of two below `step`, then every multiple of `step` up to `largest` (kept as the largest); `step` 0:
+    powers of two all the way. A batch pads up to the next size, so the step bounds a large batch's padding."""
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    if step == 0:
+        return powers_of_two_up_to(largest)
+    small = [b for b in powers_of_two_up_to(largest) if b < step]
+    return tuple(sorted({*small, *range(step, largest, step), largest}))
+
+
 def smallest_at_least(options: Sequence[int], n: int) -> int:
     fitting = [o for o in options if o >= n]
     if not fitting:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -31,7 +31,7 @@ from vllm_voxserve.codec_lanes import (
     cpu_partitions,
     shared_partitions,
 )
-from vllm_voxserve.config import VoxServeConfig
+from vllm_voxserve.config import LaneExecutables, VoxServeConfig
 from vllm_voxserve.contract import CostSample, LaneBacklog, StepReport
 from vllm_voxserve.models.batch_sizes import smallest_at_least
 from vllm_voxserve.models.program import CodecProgram
@@ -61,10 +61,9 @@ class LaneDispatch:
         policy = config.scheduler_policy().replace(frame_duration_s=1.0 / program.frame_rate_hz)  # the codec's
         self.planner = Planner(policy)
         lanes = config.lanes
-        lane_config = LaneConfig(max_requests=config.max_codec_slots, frame_counts=lanes.frame_counts,
-                                 urgent_buckets=lanes.urgent_buckets, background_max_batch=lanes.background_max_batch,
-                                 background_depth=lanes.background_depth,
-                                 use_graphs=lanes.use_graphs)
+        # every executable field as configured, so that a new one cannot be left behind here
+        lane_config = LaneConfig(max_requests=config.max_codec_slots,
+                                 **{f.name: getattr(lanes, f.name) for f in fields(LaneExecutables)})
         if device.type == "cuda":
             partitions = shared_partitions(SplitSpec(lanes.split.group, lanes.split.group_sms, device.index or 0))
         else:
