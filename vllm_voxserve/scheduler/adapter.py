@@ -121,12 +121,12 @@ class SpeechPolicyMixin(TextStreamsMixin):
             self._add_text_stream(request)
         if known or self.stock:
             return
-        now = self.clock()
-        waiting = self._waiting_request(request, now)
+        now, age = self.clock(), self._age(request)  # one reading for its waiting entry and the gauge
+        waiting = self._waiting_request(request, now, age)
         if waiting is None:
             return
         # the part of T spent before the engine saw it (the API server, the hand-over, the step it arrived during)
-        self.host_times.add_gauge("arrival age ms", round(self._age(request) * 1e3, 1))
+        self.host_times.add_gauge("arrival age ms", round(age * 1e3, 1))
         rejection = self._check_arrival(now, waiting, request) if self.held or self._busy() else None
         if self.refusal_plan is not None and self.refusal_plan.refuses(self.rank, self._seed(request)):
             rejection = Rejection(request.request_id, self.speech_policy.min_retry_after_s,
@@ -171,7 +171,7 @@ class SpeechPolicyMixin(TextStreamsMixin):
     def _age(self, request: Request) -> float:
         return max(self.wall_clock() - request.arrival_time, 0.0)
 
-    def _waiting_request(self, request: Request, now: float) -> WaitingRequest | None:
+    def _waiting_request(self, request: Request, now: float, age: float) -> WaitingRequest | None:
         extra = (request.sampling_params.extra_args if request.sampling_params else None) or {}
         job = extra.get(JOB_KEY)
         if not isinstance(job, dict):
@@ -180,7 +180,7 @@ class SpeechPolicyMixin(TextStreamsMixin):
         frames = request.max_tokens - 1 if job.get("fixed_length") else expected_frames_of(extra)
         if frames is not None:
             frames = max(1, min(int(frames), request.max_tokens - 1))
-        arrival = now - self._age(request) + shift
+        arrival = now - age + shift
         return WaitingRequest(request.request_id, arrival, request.num_prompt_tokens, frames)
 
     # --- one step ---
