@@ -23,6 +23,9 @@
   worker reports it.
 - `codec_at_step`: codec batches launch only between LM steps, as the served worker plans and launches the lanes
   once a step after its forward; off, whenever a lane is free and the policy says so.
+- `background_buckets`: the batch sizes of the background lane's graphs; a batch costs the smallest at least its
+  size, as the served lane pads its rows up to a graph (the cost sample keeps the batch's own size, as the served
+  worker reports it); empty, each batch costs its own size.
 - Not modelled: HTTP and transport latency, the prefill's effect on the background lane, KV-cache limits.
 """
 
@@ -37,6 +40,7 @@ from typing import Sequence
 
 from benchmarks.simulation.slo import RequestOutcome
 from benchmarks.simulation.workload import SimRequest
+from vllm_voxserve.models.batch_sizes import smallest_at_least
 from vllm_voxserve.scheduler.costs import CostModel, CostSeed, paper_h100_seed
 from vllm_voxserve.scheduler.overload import SHED_WAITING
 from vllm_voxserve.scheduler.planner import Planner
@@ -65,6 +69,7 @@ class GpuModel:
     host_per_codec_batch_s: float = 0.0
     handover_at_step: bool = False  # audio of a codec batch leaves at the end of the LM step it finished in
     codec_at_step: bool = False  # codec batches launch only between LM steps (the served pump runs once a step)
+    background_buckets: tuple[int, ...] = ()  # the background lane's graph sizes a batch pads up to; () no padding
 
 
 @dataclass(order=True, slots=True)
@@ -106,7 +111,9 @@ class SimulatedServer:
         heapq.heappush(self.events, _Event(time, self.counter, kind, payload))
 
     def _run_cost(self, kind: str, size: int) -> float:
-        seconds = getattr(self.gpu.seed, kind)(size) * math.exp(self.rng.gauss(0.0, self.gpu.jitter))
+        padded = kind == "background_codec" and self.gpu.background_buckets
+        run = smallest_at_least(self.gpu.background_buckets, size) if padded else size
+        seconds = getattr(self.gpu.seed, kind)(run) * math.exp(self.rng.gauss(0.0, self.gpu.jitter))
         self.samples.append(CostSample(kind, size, seconds))
         return seconds
 

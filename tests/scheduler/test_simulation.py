@@ -153,6 +153,19 @@ def test_each_codec_batch_lengthens_the_next_lm_step_by_its_host_time_and_is_cou
     assert batches["urgent_chunks"] + batches["background_chunks"] == delivered  # each chunk in one batch
 
 
+def test_a_background_batch_costs_the_graph_it_pads_up_to_and_reports_its_own_size():
+    from benchmarks.simulation.server import GpuModel
+
+    buckets = (1, 2, 4, 8, 16, 32, 64)
+    padded = SimulatedServer(mode_config("deadline_aware_shed"), GpuModel(jitter=0.0, background_buckets=buckets))
+    plain = SimulatedServer(mode_config("deadline_aware_shed"), GpuModel(jitter=0.0))
+    assert padded._run_cost("background_codec", 33) == pytest.approx(plain._run_cost("background_codec", 64))
+    assert padded._run_cost("background_codec", 32) == pytest.approx(plain._run_cost("background_codec", 32))
+    assert padded._run_cost("urgent_codec", 3) == pytest.approx(plain._run_cost("urgent_codec", 3))  # not padded
+    assert [s.size for s in padded.samples] == [33, 32, 3]
+    assert plain._run_cost("background_codec", 33) < plain._run_cost("background_codec", 64)
+
+
 def test_with_the_codec_at_the_step_batches_launch_only_between_lm_steps():
     from benchmarks.simulation.server import GpuModel
 
