@@ -22,8 +22,8 @@ def make_background_lane(program: CodecProgram, pool: CodecStatePool, partitions
     sets = []
     for _ in range(depth):
         exe = CodecExecutables(program, pool, partitions.codec_stream, partitions.codec_launch_stream,
-                               partitions.device, powers_then_multiples(max_batch, bucket_step), frame_counts, padding_slot,
-                               use_graphs)
+                               partitions.device, powers_then_multiples(max_batch, bucket_step), frame_counts,
+                               padding_slot, use_graphs)
         exe.capture(mempool=sets[0].mempool if sets else None)
         sets.append(exe)
     return CodecLane(LaneKind.BACKGROUND, sets)
