@@ -1,18 +1,18 @@
 """The served step log as a table: `python -m benchmarks.step_log SERVE_LOG [--json OUT] [--rows LOW-HIGH]`.
 
-The worker logs one `voxserve step host time over N steps ...` line per window (`step_host_times.py`: every
-2,000 steps or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's
-rates: steps, mean decode batch, the backbone's frames per second, decode and prompt-carrying steps' device time
-(p50), the step interval (p50/p90 and the window's longest, ms), the device's idle gap before a step (p50/p90: the
-host time it waited for), our host time (p50 of the total), each codec lane's busy share and mean batch, the gauges
-(open audio streams, chunks waiting for a lane: p50/max), and the worker's part of the time to first audio of the
-requests that heard it in the window (prefill to first chunk cut, cut to first audio sent: p50/p99 ms), and the lanes
-pump's host time (p50/p99 of a step, and in parentheses its mean in ms a second of steps: the median says how the
-work is spread over the steps, the rate how much there is). The scheduler's lines get their own table:
-its host time, admitted streams, admission's capacity estimates and demand shares, how long arrivals took to reach
-the engine (p50/p99 ms: the part of T spent before admission judged them), and its decisions by reason; the
-API server's cuts of its in-progress limit (`edge_admission`), one row each, with what made them; and the API
-server's load (`server_load`: its event loop's lag and its threads' CPU).
+The worker logs one `voxserve step host time over N steps ...` line per window (`step_host_times.py`: every 2,000 steps
+or 10 s). This prints one row per line, with the log's time of day so rows can be matched to a sweep's rates: steps,
+mean decode batch, the backbone's frames per second, decode and prompt-carrying steps' device time (p50), the step
+interval (p50/p90 and the window's longest, ms), the device's idle gap before a step (p50/p90: the host time it waited
+for), our host time (p50 of the total), each codec lane's busy share and mean batch (and the mean batch size it ran at,
+padding included, where the line has it), the gauges (open audio streams, chunks waiting for a lane: p50/max), and the
+worker's part of the time to first audio of the requests that heard it in the window (prefill to first chunk cut, cut to
+first audio sent: p50/p99 ms), and the lanes pump's host time (p50/p99 of a step, and in parentheses its mean in ms a
+second of steps: the median says how the work is spread over the steps, the rate how much there is). The scheduler's
+lines get their own table: its host time, admitted streams, admission's capacity estimates and demand shares, how long
+arrivals took to reach the engine (p50/p99 ms: the part of T spent before admission judged them), and its decisions by
+reason; the API server's cuts of its in-progress limit (`edge_admission`), one row each, with what made them; and the
+API server's load (`server_load`: its event loop's lag and its threads' CPU).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms af
            "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",
            "admitted streams", "capacity backbone frames/s", "capacity codec frames/s", "step overhead ms",
            "demand % of backbone", "demand % of codec", "codebook0 draw us", "arrival age ms")
-_LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+), device time "
-                   r"(?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
+_LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+)(?: run as (?P<rows>[\d.]+))?, "
+                   r"device time (?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 
 
 def parse_line(text: str) -> dict | None:
@@ -63,6 +63,8 @@ def parse_line(text: str) -> dict | None:
         if lane:
             row[f"{lane['lane']}_busy"] = int(lane["busy"]) / 100
             row[f"{lane['lane']}_batch"] = float(lane["mean"])
+            if lane["rows"]:  # the rows it ran at: the mean batch padded up to the executables' batch sizes
+                row[f"{lane['lane']}_rows"] = float(lane["rows"])
             continue
         tally = _TALLY.match(segment)
         if tally:
@@ -122,7 +124,8 @@ def format_table(rows: list[dict]) -> str:
             continue
         prefill = f"{_cell(r, 'prefill step device time')}({_cell(r, 'prefill_share', scale=100, digits=0)}%)"
         lanes = (f"{_cell(r, 'urgent_busy', scale=100, digits=0):>3}%   "
-                 f"{_cell(r, 'background_busy', scale=100, digits=0):>3}% x{_cell(r, 'background_batch')}")
+                 f"{_cell(r, 'background_busy', scale=100, digits=0):>3}% x{_cell(r, 'background_batch')}"
+                 + (f" as {_cell(r, 'background_rows')}" if "background_rows" in r else ""))
         gauges = (f"{_cell(r, 'open audio streams', digits=0)}/{_cell(r, 'open audio streams', 'max', digits=0)}  "
                   f"{_cell(r, 'chunks waiting for a lane', digits=0)}/"
                   f"{_cell(r, 'chunks waiting for a lane', 'max', digits=0)}  "
@@ -181,6 +184,7 @@ _BAND_COLUMNS = (
     ("device gap p50 ms", "device gap before a step", "p50", 1.0, 2),
     ("host p50 ms", "total", "p50", 1.0, 2),
     ("background batch", "background_batch", None, 1.0, 1),
+    ("background batch run as", "background_rows", None, 1.0, 1),
     ("chunks waiting p50", "chunks waiting for a lane", "p50", 1.0, 0),
     ("pump p50 us a step", "lanes pump us", "p50", 1.0, 0),
     ("pump ms a second", "pump_us_per_s", None, 1e-3, 1),

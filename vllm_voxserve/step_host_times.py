@@ -45,7 +45,7 @@ class StepHostTimes:
         self._decode: list[tuple[int, float]] = []
         self._prefill: list[tuple[int, float]] = []  # steps with prompt tokens (mixed with the decode rows)
         self._gauges: dict[str, list[float]] = {}
-        self._batches: dict[str, list[tuple[int, float]]] = {}
+        self._batches: dict[str, list[tuple[int, float, int]]] = {}
         self._gaps: list[float] = []
         self._counts: dict[str, int] = {}
         self._tallies: dict[str, int] = {}
@@ -58,9 +58,10 @@ class StepHostTimes:
         """Events counted over the window (admission decisions by reason): their totals in the line."""
         self._tallies[name] = self._tallies.get(name, 0) + n
 
-    def add_batch(self, name: str, size: int, seconds: float) -> None:
-        """A finished batch of a side workload (a codec lane): count, mean size, device time and busy share."""
-        self._batches.setdefault(name, []).append((size, seconds))
+    def add_batch(self, name: str, size: int, seconds: float, rows: int = 0) -> None:
+        """A finished batch of a side workload (a codec lane): count, mean size, device time and busy share; with
+        `rows`, the batch size it ran at (padding included), whose mean the line gives beside the size's."""
+        self._batches.setdefault(name, []).append((size, seconds, rows))
 
     def add_gauge(self, name: str, value: float) -> None:
         """A level sampled once a step (open audio streams, chunks waiting for a codec lane): p50/p99/max."""
@@ -117,9 +118,11 @@ class StepHostTimes:
                      f" ({share:.0%} of steps)")
         wall = sum(self._intervals)
         for name, batches in self._batches.items():
-            busy = sum(sec for _, sec in batches)
-            line += (f"; {name} {len(batches)} batches of mean {sum(n for n, _ in batches) / len(batches):.1f}"
-                     + _spread(", device time", [sec for _, sec in batches])
+            busy = sum(sec for _, sec, _ in batches)
+            rows = sum(r for _, _, r in batches)  # padding rows cost the device as much as chunks do
+            line += (f"; {name} {len(batches)} batches of mean {sum(n for n, _, _ in batches) / len(batches):.1f}"
+                     + (f" run as {rows / len(batches):.1f}" if rows else "")
+                     + _spread(", device time", [sec for _, sec, _ in batches])
                      + (f", busy {busy / wall:.0%}" if wall > 0 else ""))
         for name, values in self._gauges.items():
             v = sorted(values)

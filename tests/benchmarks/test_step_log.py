@@ -21,7 +21,7 @@ def test_a_logged_window_round_trips_into_a_row():
     timer.add_device_step("decode", 8, 0.004)
     timer.add_device_step("prefill", 120, 0.012)
     timer.add_batch("urgent lane", 2, 0.003)
-    timer.add_batch("background lane", 16, 0.020)
+    timer.add_batch("background lane", 13, 0.020, rows=16)
     for step in range(4):
         now[0] += 0.010
         timer.add("prepare", 0.0004)
@@ -39,7 +39,8 @@ def test_a_logged_window_round_trips_into_a_row():
     assert row["prompt_tokens"] == 120 and row["prefill_share"] == 0.5
     assert row["step interval"]["p50"] == 10.0 and row["total"]["p50"] == 0.4
     # 23 ms of lane work over 30 ms of step intervals (the first step has no interval)
-    assert row["urgent_busy"] == 0.1 and row["background_busy"] == 0.67 and row["background_batch"] == 16.0
+    assert row["urgent_busy"] == 0.1 and row["background_busy"] == 0.67 and row["background_batch"] == 13.0
+    assert row["background_rows"] == 16.0 and "urgent_rows" not in row  # the rows it ran at, where logged
     assert row["open audio streams"]["max"] == 13.0 and row["chunks waiting for a lane"]["max"] == 3.0
     assert row["first chunk ms after prefill"] == {"p50": 42.0, "p99": 43.0, "max": 43.0}
     assert row["first audio ms after cut"]["p50"] == 2.5
@@ -47,7 +48,7 @@ def test_a_logged_window_round_trips_into_a_row():
     # the pump's median step and its mean: 1,200 us over 30 ms of step intervals is 40 ms a second
     assert row["lanes pump us"]["p50"] == 100 and row["pump_us_per_s"] == 40000
     table = format_table([row])
-    assert table.splitlines()[1].split()[3] == "1067"
+    assert table.splitlines()[1].split()[3] == "1067" and " x13.0 as 16.0  " in table.splitlines()[1]
     assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  2/2  100/900 (40.0)")
 
 

@@ -195,6 +195,8 @@ def test_a_bucket_step_bounds_a_background_batchs_padding_and_keeps_its_audio(co
         mgr.open_request(rid)
     mgr.submit(LaneKind.BACKGROUND, [CodecChunk(rid, 0, u[0], is_last=True) for rid, u in utts.items()])
     assert mgr.drain() == 9 and buckets_run == [12]  # 9 chunks run as 12, not as 16
+    (cost,) = mgr.take_batch_costs()
+    assert (cost.lane, cost.size, cost.rows) == (LaneKind.BACKGROUND, 9, 12)  # the step log's padded rows
     for rid, chunks in utts.items():
         (mine,) = [c for c in got if c.request_id == rid]
         assert torch.allclose(mine.audio, decode_alone(codec, chunks), atol=1e-5)

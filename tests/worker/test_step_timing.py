@@ -41,6 +41,19 @@ def test_reports_each_part_and_the_total_once_per_window():
     assert timer.end_step() is None  # a new window started
 
 
+def test_a_batchs_rows_with_padding_are_averaged_beside_its_size_where_they_are_given():
+    lines = []
+    timer = StepHostTimes(every=2, report=lines.append, clock=iter([0.0, 0.01, 0.02]).__next__)
+    timer.add_batch("background lane", 9, 0.004, rows=12)
+    timer.add_batch("background lane", 33, 0.009, rows=64)
+    timer.add_batch("urgent lane", 2, 0.001)
+    for _ in range(2):
+        timer.add("prepare", 0.001)
+        timer.end_step()
+    assert "background lane 2 batches of mean 21.0 run as 38.0, device time" in lines[0]
+    assert "urgent lane 1 batches of mean 2.0, device time" in lines[0]  # no rows given: no claim about them
+
+
 def test_the_windows_longest_step_interval_and_when_it_ended_are_in_the_line():
     lines, now = [], [0.0]
     timer = StepHostTimes(every=600, report=lines.append, clock=lambda: now[0], every_s=1e9)

@@ -56,6 +56,7 @@ class _Batch:
     done: Any = None
     cpu_seconds: float = 0.0
     audio: torch.Tensor | None = None  # its output rows on the host (filled once `done`)
+    rows: int = 0  # the executable's batch size it ran at: its chunks plus padding rows
 
 
 class CodecLane:
@@ -74,6 +75,7 @@ class CodecLane:
         self._in_flight: deque[_Batch] = deque()
         self._next_set = 0  # sets are used in turn and harvested in order: this one is free whenever one is
         self.last_batch_seconds = 0.0  # device time of the last harvested batch (staging included)
+        self.last_batch_rows = 0  # and the rows it ran at (its chunks padded up to an executable's batch size)
 
     @property
     def depth(self) -> int:
@@ -113,8 +115,8 @@ class CodecLane:
         batch = _Batch(tuple(chunks))
         if self.stream is None:
             t = time.perf_counter()
-            bucket = exe.plan([c.codes for c in chunks], slots, fresh_slots, frames)
-            exe.run(bucket, frames)
+            batch.rows = exe.plan([c.codes for c in chunks], slots, fresh_slots, frames)
+            exe.run(batch.rows, frames)
             batch.audio = exe.copy_out(len(chunks))
             batch.cpu_seconds = time.perf_counter() - t
         else:
@@ -128,8 +130,8 @@ class CodecLane:
                 # recorded when the stream gets here, i.e. after the batch before it: its device time alone
                 batch.start = torch.cuda.Event(enable_timing=True)
                 batch.start.record(self.stream)
-                bucket = exe.plan([c.codes for c in chunks], slots, fresh_slots, frames)
-                exe.run(bucket, frames)
+                batch.rows = exe.plan([c.codes for c in chunks], slots, fresh_slots, frames)
+                exe.run(batch.rows, frames)
                 batch.audio = exe.copy_out(len(chunks))
                 batch.done = torch.cuda.Event(enable_timing=True)
                 batch.done.record(self.stream)
@@ -155,5 +157,6 @@ class CodecLane:
                for i, c in enumerate(batch.chunks)]
         self.last_batch_seconds = (batch.cpu_seconds if batch.done is None
                                    else batch.start.elapsed_time(batch.done) / 1000.0)
+        self.last_batch_rows = batch.rows
         self._in_flight.popleft()
         return out

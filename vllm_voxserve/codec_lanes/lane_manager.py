@@ -63,11 +63,13 @@ class SlotAllocator:
 
 @dataclass(frozen=True, slots=True)
 class BatchCost:
-    """One finished codec batch, for the scheduler's cost model: chunks and seconds on the device."""
+    """One finished codec batch, for the scheduler's cost model (chunks and seconds on the device) and the step log
+    (the rows it ran at, padding included)."""
 
     lane: LaneKind
     size: int
     seconds: float
+    rows: int = 0
 
 
 @dataclass(slots=True)
@@ -188,7 +190,7 @@ class LaneManager:
     def _deliver(self, lane: CodecLane, finished: list[FinishedChunk]) -> int:
         delivered = 0
         if finished:
-            self._costs.append(BatchCost(lane.kind, len(finished), lane.last_batch_seconds))
+            self._costs.append(BatchCost(lane.kind, len(finished), lane.last_batch_seconds, lane.last_batch_rows))
         for chunk in finished:
             req = self._requests[chunk.request_id]
             req.in_flight = None
