@@ -110,7 +110,7 @@ class LaneExecutables:
     # about a step apart (p50 TTFA 210 ms against 72 ms at 16, 2026-12-04_f021b3d).
     urgent_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # batch sizes of the urgent lane's executables
     # Near capacity on the H200 the background lane ran busy with batches of 56-64.
-    background_max_batch: int = 64  # largest background codec batch (graphs at powers of two)
+    background_max_batch: int = 64  # largest background codec batch (its graph sizes: background_bucket_step)
     # A batch pads up to the next graph: 33 chunks ran as 64. In service on the H100 the lane spent 0.095-0.115 ms of
     # device time a frame at mean batches of 23-47, where batches of 16 alone took 0.064 (2026-12-06_bf9a7fa).
     background_bucket_step: int = 0  # graphs at powers of two below it, then at its multiples; 0: powers of two
