@@ -120,6 +120,10 @@ def test_step_log_splits_the_lanes_pump_into_its_parts(program):
     assert set(runtime.pipeline.lanes.pump_seconds.values()) == {0.0}  # read and reset by the step log
     # its whole host time is also counted over the window (the line's mean rate beside the per-step median)
     assert runtime.host_times._counts["lanes pump host us"] == sum(gauges["lanes pump us"]) > 0
+    # the harvested batch reaches the step log's lane line (chunks, device time, rows run at), and only once
+    [(size, seconds, rows)] = runtime.host_times._batches["urgent lane"]
+    assert size == 1 and seconds > 0 and rows >= size
+    assert not runtime.pipeline.lanes.harvested
 
 
 def test_step_log_shows_the_models_codebook0_draw_once_a_step(program):

@@ -1,7 +1,7 @@
 """Codec lanes: SM partitions, lanes, state slots, CUDA-graph executables."""
 
 from vllm_voxserve.codec_lanes.codec_lane import CodecChunk, CodecLane, FinishedChunk, LaneKind
-from vllm_voxserve.codec_lanes.lane_manager import LaneConfig, LaneManager
+from vllm_voxserve.codec_lanes.lane_manager import BatchCost, LaneConfig, LaneManager
 from vllm_voxserve.codec_lanes.partitions import (
     Partitions,
     SplitSpec,
@@ -11,6 +11,6 @@ from vllm_voxserve.codec_lanes.partitions import (
 )
 
 __all__ = [
-    "CodecChunk", "CodecLane", "FinishedChunk", "LaneConfig", "LaneKind", "LaneManager",
+    "BatchCost", "CodecChunk", "CodecLane", "FinishedChunk", "LaneConfig", "LaneKind", "LaneManager",
     "Partitions", "SplitSpec", "cpu_partitions", "create_partitions", "shared_partitions",
 ]

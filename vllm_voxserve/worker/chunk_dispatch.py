@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from vllm_voxserve.codec_lanes import (
+    BatchCost,
     CodecChunk,
     FinishedChunk,
     LaneConfig,
@@ -72,9 +73,9 @@ class LaneDispatch:
         self.frame_counts = tuple(sorted(lanes.frame_counts))
         self.requests: dict[str, _Request] = {}
         self.queued_chunks = 0  # cut chunks waiting for a lane, over all requests (the step log's backlog)
-        # (lane, chunks, device s, rows run at) of harvested batches for the step log, which empties it (bounded: a
-        # caller that never reads it keeps only the newest)
-        self.harvested: deque[tuple[str, int, float, int]] = deque(maxlen=4096)
+        # harvested batches for the step log, which empties it (bounded: a caller that never reads it keeps only the
+        # newest)
+        self.harvested: deque[BatchCost] = deque(maxlen=4096)
         # the same batches as cost samples for the engine's scheduler, whose admission weighs the codec lane's frame
         # rate (the worker's step report carries them; bounded like `harvested`)
         self.cost_samples: deque[CostSample] = deque(maxlen=4096)
@@ -167,7 +168,7 @@ class LaneDispatch:
         delivered = self.manager.poll(block=block)
         costs = self.manager.take_batch_costs()
         if costs:
-            self.harvested.extend((c.lane.value, c.size, c.seconds, c.rows) for c in costs)
+            self.harvested.extend(costs)
             samples = [CostSample(_COST_KIND[c.lane], c.size, c.seconds) for c in costs]
             self.planner.observe(StepReport(self.clock(), costs=samples))
             self.cost_samples.extend(samples)

@@ -179,8 +179,8 @@ class SpeechRuntime:
             for part, seconds in lanes.pump_seconds.items():
                 self.host_times.add_gauge(f"lanes {part} us", round(seconds * 1e6))
                 lanes.pump_seconds[part] = 0.0
-            for lane, size, seconds, rows in lanes.harvested:
-                self.host_times.add_batch(f"{lane} lane", size, seconds, rows)
+            for cost in lanes.harvested:
+                self.host_times.add_batch(f"{cost.lane.value} lane", cost.size, cost.seconds, cost.rows)
             lanes.harvested.clear()
         if self.host_times.end_step() is not None:  # a window's line: which threads took the CPU meanwhile, and
             threads = self.thread_cpu.report()  # how long Python's collections stopped them all
