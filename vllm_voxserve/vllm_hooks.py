@@ -105,6 +105,7 @@ HOOKS: tuple[Hook, ...] = (
     *_hooks(GPU, EXACT,
             ("vllm.v1.worker.gpu_worker:Worker.init_device", ()),
             ("vllm.v1.worker.gpu_worker:Worker.compile_or_warm_up_model", ()),
+            ("vllm.v1.worker.gpu_worker:Worker.determine_available_memory", ()),
             ("vllm.v1.worker.gpu_worker:Worker.execute_model", ("scheduler_output",)),
             ("vllm.v1.worker.gpu_worker:Worker.sample_tokens", ("grammar_output",)),
             *((f"vllm.v1.worker.gpu_model_runner:GPUModelRunner.{name}", p) for name, p in _V1_RUNNER_HOOKS),

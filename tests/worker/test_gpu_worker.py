@@ -112,3 +112,33 @@ def test_both_workers_answer_every_rpc_of_the_contract_from_their_own_runner(met
         worker.model_runner = SimpleNamespace(speech=None, model_state=None)  # not loaded yet: a 503 reply
         reply = getattr(worker, name)(*args)
         assert reply["status"] == 503 and "no speech runtime" in reply["error"]
+
+
+def _worker_measuring(monkeypatch, measured: int, held: int, kv_cache_memory_bytes=None, v2=True):
+    monkeypatch.setattr(Worker, "determine_available_memory", lambda self: measured)
+    worker = VoxServeGPUWorker.__new__(VoxServeGPUWorker)
+    speech = SimpleNamespace(device_bytes=held)
+    worker.model_runner = SimpleNamespace(model_state=SimpleNamespace(speech=speech)) if v2 else \
+        SimpleNamespace(speech=speech)
+    worker.cache_config = SimpleNamespace(kv_cache_memory_bytes=kv_cache_memory_bytes)
+    return worker
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_the_kv_cache_leaves_room_for_the_memory_the_speech_runtime_holds(monkeypatch, v2):
+    """vLLM's profile counts its weights and its profile run, not the codec lanes built between them: without taking
+    them off, the KV cache filled the whole share and the lanes' graphs came on top of it."""
+    GiB = 1 << 30
+    worker = _worker_measuring(monkeypatch, measured=60 * GiB, held=13 * GiB, v2=v2)
+    assert worker.determine_available_memory() == 47 * GiB
+    assert worker.available_kv_cache_memory_bytes == 47 * GiB  # vLLM's own summary line reads it later
+    worker = _worker_measuring(monkeypatch, measured=10 * GiB, held=13 * GiB, v2=v2)
+    assert worker.determine_available_memory() == 0  # vLLM then says there is no memory for the cache
+
+
+def test_an_explicit_kv_cache_size_wins_over_the_speech_runtimes_memory(monkeypatch):
+    GiB = 1 << 30
+    worker = _worker_measuring(monkeypatch, measured=20 * GiB, held=13 * GiB, kv_cache_memory_bytes=20 * GiB)
+    assert worker.determine_available_memory() == 20 * GiB
+    worker = _worker_measuring(monkeypatch, measured=20 * GiB, held=0)  # a CPU-built or absent runtime
+    assert worker.determine_available_memory() == 20 * GiB

@@ -14,7 +14,7 @@ from vllm_voxserve.config import VoxServeConfig
 from vllm_voxserve.models.qwen3_tts.codec.checkpoint import load_codec_decoder, make_random_speech_tokenizer
 from vllm_voxserve.models.qwen3_tts.codec_program import Qwen3CodecProgram
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
-from vllm_voxserve.worker.runtime import SpeechRuntime
+from vllm_voxserve.worker.runtime import SpeechRuntime, held_device_bytes
 from vllm_voxserve.models.step_layout import StepLayout
 
 
@@ -187,3 +187,24 @@ def test_the_codec_lanes_batch_costs_reach_the_schedulers_report(program):
     assert len(reported) == 1 and reported[0].kind == "urgent_codec" and reported[0].size == 1
     assert reported[0].seconds > 0
     assert not [c for c in runtime.step_report().costs if c.kind.endswith("_codec")]  # taken once
+
+
+def test_held_device_bytes_is_nothing_off_cuda():
+    assert held_device_bytes(torch.device("cpu")) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_held_device_bytes_counts_live_tensors_and_a_graphs_pool_not_freed_cache():
+    """What the worker takes off the KV cache: memory still held, not the allocator's cache of freed blocks."""
+    device = torch.device("cuda")
+    before = held_device_bytes(device)
+    scratch = torch.empty(64 << 20, dtype=torch.uint8, device=device)
+    del scratch
+    assert held_device_bytes(device) == before
+    x = torch.zeros(1 << 20, device=device)  # 4 MiB
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2  # in the graph's private pool, held while the graph lives
+    assert held_device_bytes(device) - before >= 8 << 20
+    del graph, y

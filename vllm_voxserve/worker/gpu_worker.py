@@ -54,6 +54,24 @@ class VoxServeGPUWorker(SpeechRpcTargets, Worker):
         with capture_vllm_graphs_on(stream):
             return super().compile_or_warm_up_model()
 
+    def determine_available_memory(self) -> int:
+        """vLLM sizes the KV cache to fill `gpu_memory_utilization`'s share less the weights and its profile run's
+        peak; the speech runtime's memory (`SpeechRuntime.device_bytes`), built between the two, is in neither, so it
+        came on top of the share: with `lanes.background_bucket_step` 8 (13 GiB of codec graphs) an 80 GB H100 ran
+        out of device memory allocating the KV cache at 0.85 (results h100/2026-12-06_27762a8). An explicit
+        `--kv-cache-memory` still wins."""
+        available = super().determine_available_memory()
+        speech = speech_runtime(self.model_runner)
+        held = getattr(speech, "device_bytes", 0)
+        if held <= 0 or self.cache_config.kv_cache_memory_bytes:
+            return available
+        kv_bytes = max(available - held, 0)
+        logger.info("voxserve: the speech runtime holds %.2f GiB beside the weights (codec, its lanes' graphs and "
+                    "state slots); KV cache memory %.2f GiB of the %.2f GiB vLLM measured", held / 2**30,
+                    kv_bytes / 2**30, available / 2**30)
+        self.available_kv_cache_memory_bytes = kv_bytes
+        return kv_bytes
+
     def execute_model(self, scheduler_output):
         # Model Runner V2 removes preempted requests before the step: tell the speech side first (runtime.preempt)
         speech = getattr(getattr(self.model_runner, "model_state", None), "speech", None)
@@ -79,6 +97,12 @@ def serve_on_one_intra_op_thread() -> None:
     them at 23-35 % of a CPU each while the engine's thread was 80-94 % busy). OMP_NUM_THREADS, if set, wins."""
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
+
+
+def speech_runtime(model_runner) -> object | None:
+    """The runner's speech runtime: Model Runner V2 keeps it on its model state, the V1 runner on itself."""
+    state = getattr(model_runner, "model_state", None)
+    return getattr(state, "speech", None) or getattr(model_runner, "speech", None)
 
 
 def backbone_streams(setting: str) -> torch.cuda.Stream | None:

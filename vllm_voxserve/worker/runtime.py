@@ -42,15 +42,29 @@ logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def held_device_bytes(device: torch.device) -> int:
+    """Device memory torch's allocator holds, its unused cache released first (0 off CUDA). A CUDA graph's private
+    pool stays held, as the graph replays into it."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device)
+
+
 class SpeechRuntime:
     def __init__(self, model, config: VoxServeConfig, device: torch.device):
         self.model, self.config, self.device = model, config, device
+        held_before = held_device_bytes(device)
         dtype = _DTYPES[config.codec_dtype if config.codec_dtype != "auto" else
                         "bfloat16" if device.type == "cuda" else "float32"]
         decoder = load_codec_decoder(Path(model.model_path) / "speech_tokenizer", dtype, device)
         program = Qwen3CodecProgram(decoder, dtype, compile=config.codec_compile and device.type == "cuda")
         self.fault = FaultPlan.from_env()  # tests only: None unless the server's environment asks for a fault
         self.pipeline = AudioPipeline(program, config, AudioSender(), device, fault=self.fault)
+        # Device memory built here (codec weights, state slots, the lanes' executables and CUDA graphs): vLLM's memory
+        # profile counts the weights it loaded and what its profile run allocates, neither of which holds this, so
+        # the worker takes it off the KV cache (`VoxServeGPUWorker.determine_available_memory`).
+        self.device_bytes = held_device_bytes(device) - held_before
         # Requests this worker failed (or that carry no job) -> the error sent on their audio stream (None: no job).
         # They keep their rows until vLLM finishes them; the scheduler finishes them at once (`step_report`).
         self._failed: dict[str, str | None] = {}
