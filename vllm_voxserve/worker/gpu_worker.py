@@ -58,8 +58,8 @@ class VoxServeGPUWorker(SpeechRpcTargets, Worker):
         """vLLM sizes the KV cache to fill `gpu_memory_utilization`'s share less the weights and its profile run's
         peak; the speech runtime's memory (`SpeechRuntime.device_bytes`), built between the two, is in neither, so it
         came on top of the share: with `lanes.background_bucket_step` 8 (13 GiB of codec graphs) an 80 GB H100 ran
-        out of device memory allocating the KV cache at 0.85 (results h100/2026-12-06_27762a8). An explicit
-        `--kv-cache-memory` still wins."""
+        out of device memory allocating the KV cache at 0.85 (results h100/2026-12-06_27762a8_bucket_step). An
+        explicit `--kv-cache-memory` still wins."""
         available = super().determine_available_memory()
         speech = speech_runtime(self.model_runner)
         held = getattr(speech, "device_bytes", 0)
