@@ -16,7 +16,7 @@ from vllm_voxserve.config import backbone_stream_priority, process_config
 from vllm_voxserve.models.qwen3_tts.vllm_model import Qwen3TTSForVllm
 from vllm_voxserve.worker.compile_cache import cache_path, load_compile_cache, save_compile_cache
 from vllm_voxserve.worker.mrv2_state import SpeechModelState
-from vllm_voxserve.worker.rpc import SpeechRpcTargets
+from vllm_voxserve.worker.rpc import SpeechRpcTargets, speech_runtime
 from vllm_voxserve.worker.v1_runner import V1SpeechHooks
 
 logger = logging.getLogger(__name__)
@@ -97,12 +97,6 @@ def serve_on_one_intra_op_thread() -> None:
     them at 23-35 % of a CPU each while the engine's thread was 80-94 % busy). OMP_NUM_THREADS, if set, wins."""
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
-
-
-def speech_runtime(model_runner) -> object | None:
-    """The runner's speech runtime: Model Runner V2 keeps it on its model state, the V1 runner on itself."""
-    state = getattr(model_runner, "model_state", None)
-    return getattr(state, "speech", None) or getattr(model_runner, "speech", None)
 
 
 def backbone_streams(setting: str) -> torch.cuda.Stream | None:
