@@ -8,7 +8,7 @@
 #   bash benchmarks/gpu_host/stack_pieces.sh .gpu/stack .gpu/pieces [MAX_MB]
 set -euo pipefail
 src=${1:?usage: stack_pieces.sh SRC DEST [MAX_MB]} dest=${2:?usage: stack_pieces.sh SRC DEST [MAX_MB]}
-max=${MAX_BYTES:-$(( ${3:-16} * 1000 * 1000 ))}  # MAX_BYTES: tests
+max=${MAX_BYTES:-$(( ${3:-12} * 1000 * 1000 ))}  # MAX_BYTES: tests
 rm -rf "$dest"; mkdir -p "$dest/.cut"
 manifest=$dest/.cut/manifest.txt; : > "$manifest"
 # 1. every file as pieces of at most max bytes (a smaller file is its own single piece)
