@@ -30,6 +30,9 @@ REFUSAL_SOURCES = (("API server, at arrival", "at this API server"),
 OTHER_REFUSAL = "other"
 GOODPUT_MULTIPLES = (1.5, 2.0)
 STABLE_POINTS = 1.0  # last third's attainment within this many points of the first third's
+# The load client paused: a request went out this much after its schedule. Its sends and its reading of the streams
+# stop together, so a first audio awaited across the pause reaches the client late by it, whatever the server did.
+CLIENT_PAUSE_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class LateFirstAudio:
     ttfa_max_s: float | None
     seconds: int  # seconds of the windows (each seed's counted apart) in which any was sent
     most_in_one_second: int
+    while_client_paused: int = 0  # awaited their first audio across a pause of the client (`CLIENT_PAUSE_S`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,18 +174,31 @@ def refusals_by_source(refused: Sequence[dict[str, Any]]) -> tuple[RefusalTimes,
 
 def late_first_audio(runs: Sequence[dict[str, Any]], timelines: Sequence[Sequence[Timeline]],
                      slo: SloSpec) -> LateFirstAudio | None:
-    """Completed requests whose first audio came after the SLO's target, with the seconds they were sent in."""
+    """Completed requests whose first audio came after the SLO's target, with the seconds they were sent in and how
+    many awaited it across a pause of the client."""
     late: list[float] = []
     per_second: dict[tuple[int, int], int] = defaultdict(int)
+    while_client_paused = 0
     for run, run_timelines in zip(runs, timelines):
+        pauses = client_pauses(run)
         for timeline in run_timelines:
             first = ttfa_s(timeline) if timeline.outcome == COMPLETED else None
             if first is not None and first > slo.ttfa_target_s:
                 late.append(first)
                 per_second[(run["seed"], int(timeline.sent_s))] += 1
+                end = timeline.sent_s + first
+                while_client_paused += any(start < end and stop > timeline.sent_s for start, stop in pauses)
     if not late:
         return None
-    return LateFirstAudio(len(late), percentile(late, 50), max(late), len(per_second), max(per_second.values()))
+    return LateFirstAudio(len(late), percentile(late, 50), max(late), len(per_second), max(per_second.values()),
+                          while_client_paused)
+
+
+def client_pauses(run: dict[str, Any]) -> list[tuple[float, float]]:
+    """Intervals of the run's clock in which the load client was paused: from a request's scheduled time to its
+    sending, where that took `CLIENT_PAUSE_S` or more."""
+    return [(r["scheduled_s"], r["sent_s"]) for r in run["requests"]
+            if r.get("sent_s") is not None and r["sent_s"] - r["scheduled_s"] >= CLIENT_PAUSE_S]
 
 
 def rate_row(rate: float, runs: Sequence[dict[str, Any]], slo: SloSpec) -> RateRow:

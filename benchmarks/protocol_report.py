@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.metrics import SloSpec, attainment_percent
-from benchmarks.protocol import ProtocolSummary, RateRow, summarize_protocol
+from benchmarks.protocol import CLIENT_PAUSE_S, ProtocolSummary, RateRow, summarize_protocol
 from benchmarks.record import read_record
 
 
@@ -204,10 +204,12 @@ def late_table(summary: ProtocolSummary) -> list[str]:
     if not rows:
         return []
     lines = ["", "Admitted requests whose first audio came late (seconds: of each seed's window, by when they were "
-             "sent):", "", "| rate (req/s) | late | first audio p50 | first audio max | seconds with any "
-             "| most in one second |", "|" + "---|" * 6]
+             "sent; while the client paused: awaited across a send of the client's "
+             f"{CLIENT_PAUSE_S * 1e3:.0f} ms or more after its schedule):", "",
+             "| rate (req/s) | late | first audio p50 | first audio max | seconds with any | most in one second "
+             "| while the client paused |", "|" + "---|" * 7]
     return lines + [f"| {rate:g} | {late.count} | {_ms(late.ttfa_p50_s)} | {_ms(late.ttfa_max_s)} | {late.seconds} "
-                    f"| {late.most_in_one_second} |" for rate, late in rows]
+                    f"| {late.most_in_one_second} | {late.while_client_paused} |" for rate, late in rows]
 
 
 def concurrency_table(closed: list[Entry]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -106,13 +107,45 @@ class Run:
     elapsed_s: float = 0.0  # window plus drain
     settled_early: bool = False  # a search probe stopped once sure to miss (see LoadGenerator.measure)
     idle_wait_s: float | None = None  # waited before the window for an idle server; None: no gauges to read
+    client_gc_longest_s: float = 0.0  # this client's longest garbage collection during the window and its drain
 
     def to_json(self) -> dict:
         lags = [r.sent_s - r.scheduled_s for r in self.records if r.sent_s is not None]
         return {"rate": self.rate, "seed": self.seed, "window_s": self.window_s, "started_at": self.started_at,
                 "elapsed_s": self.elapsed_s, "max_send_lag_s": max(lags, default=0.0),
+                "client_gc_longest_s": self.client_gc_longest_s,
                 "settled_early": self.settled_early, "idle_wait_s": self.idle_wait_s,
                 "requests": [r.to_json() for r in self.records]}
+
+
+class _WindowCollections:
+    """For one window: the records of earlier windows frozen out of Python's garbage collector, and the longest
+    collection that still ran. The client is one event loop: a pause of it stops its sends and its reading of every
+    stream, so the server's first audio looks late by the pause. A sweep keeps every request it sent, and a full
+    collection walks them all: in run 2026-12-07_d42ee1e sends went out up to 56 ms after their schedule at 72 req/s
+    (11,000 requests kept) and up to 159 ms at 120 (64,000), growing with their number as such a collection would.
+    Frozen, they are not walked; the longest collection is kept beside the window's record to tell."""
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+        self._started: float | None = None
+
+    def __enter__(self) -> _WindowCollections:
+        gc.collect()
+        gc.freeze()
+        gc.callbacks.append(self._on_collection)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._on_collection)
+        gc.unfreeze()
+
+    def _on_collection(self, phase: str, _info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
+            self._started = None
 
 
 @dataclass(slots=True)
@@ -245,6 +278,15 @@ class LoadGenerator:
         records = [self._record(p.index, p.offset_s, p.text, p.num_frames) for p in planned]
         verdict.records.extend(records)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with _WindowCollections() as collections:
+            elapsed_s = await self._send_window(rate, seed, planned, records, verdict)
+        return Run(rate, seed, window_s, started_at, records, elapsed_s=elapsed_s, settled_early=verdict.is_settled,
+                   idle_wait_s=idle_wait_s, client_gc_longest_s=collections.longest_s)
+
+    async def _send_window(self, rate: float, seed: int, planned: list[PlannedRequest],
+                           records: list[RequestRecord], verdict: _MissCounter) -> float:
+        """Every planned request sent on its schedule and followed to its end (or cut once the verdict settles);
+        seconds from the schedule's origin to the last end."""
         bar = _progress_bar(len(planned), f"{rate:g} req/s seed {seed}", self.config.progress)
         origin = time.perf_counter() + 0.05  # a little lead so the first arrival is on time
         tasks = []
@@ -272,8 +314,7 @@ class LoadGenerator:
                 record.outcome = CANCELLED
         if bar is not None:
             bar.close()
-        return Run(rate, seed, window_s, started_at, records, elapsed_s=time.perf_counter() - origin,
-                   settled_early=verdict.is_settled, idle_wait_s=idle_wait_s)
+        return time.perf_counter() - origin
 
     def _frames(self, text: str) -> int | None:
         return frames_for_text(text, self.config.frames_per_word) if self.config.fixed_length else None

@@ -263,3 +263,36 @@ def test_late_first_audios_are_counted_with_the_seconds_they_bunched_in(tmp_path
     assert "first audio came late" in text and f"| 40 | {late.count} | " in text and "| 24 | 0 |" not in text
     rates = json.loads((out / "protocol.json").read_text())["entries"][0]["rates"]
     assert rates[0]["late_first_audio"] is None and rates[1]["late_first_audio"]["seconds"] == 3
+
+
+def test_late_first_audios_awaited_across_a_pause_of_the_client_are_told_apart(tmp_path):
+    """A request sent 20 ms or more after its schedule marks a pause of the load client; late first audios awaited
+    across one are counted, those awaited outside any are not."""
+    band = (0.5, 0.55)  # of a 6 s window: late ones sent from 3.0 to 3.3 s
+
+    def fate(rate, seed, position):
+        return LATE if band[0] <= position < band[1] else ON_TIME
+
+    record = synthetic_record([40.0], seeds=(0,), window_s=6.0, fate=fate)
+    (run,) = record["runs"]
+    first_late = min((r for r in run["requests"] if band[0] <= r["scheduled_s"] / 6.0 < band[1]),
+                     key=lambda r: r["sent_s"])
+
+    def paused_at(start_s):
+        pause = {**run["requests"][0], "index": 10_000, "scheduled_s": start_s, "sent_s": start_s + 0.04}
+        runs = [{**run, "requests": run["requests"] + [pause]}]
+        (row,) = summarize_protocol("ours", runs, SloSpec()).rows
+        return row.late_first_audio
+
+    quiet = paused_at(0.5)  # long before any late request was sent
+    across = paused_at(first_late["sent_s"] + 0.01)
+    assert quiet.count == across.count > 0 and quiet.while_client_paused == 0
+    assert 1 <= across.while_client_paused <= across.count
+    out = tmp_path / "report"
+    runs = [{**run, "requests": run["requests"] + [{**run["requests"][0], "index": 10_000,
+                                                    "scheduled_s": first_late["sent_s"] + 0.01,
+                                                    "sent_s": first_late["sent_s"] + 0.05}]}]
+    assert main([write(tmp_path, "sweep", {**record, "runs": runs}), "--labels", "ours", "--out", str(out)]) == 0
+    text = (out / "protocol.md").read_text()
+    assert "while the client paused" in text and f"| {across.count} | " in text
+    assert text.split("| 40 | ")[-1].rstrip().endswith(f"| {across.while_client_paused} |")

@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.cli import main
 from benchmarks.client import make_profile
-from benchmarks.sweep import LoadConfig, SweepConfig, requests_in_server, run_sweep
+from benchmarks.sweep import LoadConfig, LoadGenerator, SweepConfig, requests_in_server, run_sweep
 from benchmarks.workload import poisson_arrivals
 from benchmarks.capacity_search import SearchConfig, run_search
 from benchmarks.metrics import CANCELLED, COMPLETED, FAILED, REJECTED
@@ -212,3 +212,28 @@ def test_requests_in_server_sums_vllms_gauges():
             'vllm:num_preemptions_total{engine="0"} 9.0\n')
     assert requests_in_server(page) == 5
     assert requests_in_server("process_cpu_seconds_total 1.0\n") is None
+
+
+def test_a_window_runs_with_the_earlier_records_frozen_out_of_the_collector(tmp_path, workload):
+    """The sweep's kept records stay out of the garbage collector's walks while a window sends (a full collection
+    over them pauses the client's one event loop); afterwards the process's collector is as it was, and the
+    window's longest collection is in its record."""
+    import gc
+
+    frozen_at_send = []
+
+    class Recording(LoadGenerator):
+        async def _send(self, record, origin, seed):
+            frozen_at_send.append(gc.get_freeze_count())
+            return await super()._send(record, origin, seed)
+
+    kept = [[object()] for _ in range(1000)]  # earlier windows' records, as far as the collector can tell
+    gc.unfreeze()
+    with FakeSpeechServer() as server:
+        load = LoadConfig(base_url=server.base_url, profile=make_profile("ours"), workload_path=workload,
+                          window_s=1.5, warmup_requests=0, progress=False)
+        result = run_sweep(SweepConfig(load=load, rates=(4.0,)), make_generator=Recording)
+    assert frozen_at_send and min(frozen_at_send) >= len(kept)
+    assert gc.get_freeze_count() == 0
+    (run,) = result.runs
+    assert 0.0 <= run.to_json()["client_gc_longest_s"] < 1.0
