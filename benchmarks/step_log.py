@@ -6,8 +6,9 @@ mean decode batch, the backbone's frames per second, decode and prompt-carrying 
 interval (p50/p90 and the window's longest, ms), the device's idle gap before a step (p50/p90: the host time it waited
 for), our host time (p50 of the total), each codec lane's busy share and mean batch (and the mean batch size it ran at,
 padding included, where the line has it), the gauges (open audio streams, chunks waiting for a lane: p50/max), and the
-worker's part of the time to first audio of the requests that heard it in the window (prefill to first chunk cut, cut to
-first audio sent: p50/p99 ms), and the lanes pump's host time (p50/p99 of a step, and in parentheses its mean in ms a
+worker's part of the time to first audio of the requests that heard it in the window (prefill to first chunk cut:
+p50/p99 ms, and in steps: p50/max, about the first chunk's frames where every step decoded it; cut to first audio
+sent: p50/p99 ms), and the lanes pump's host time (p50/p99 of a step, and in parentheses its mean in ms a
 second of steps: the median says how the work is spread over the steps, the rate how much there is). The scheduler's
 lines get their own table: its host time, admitted streams, admission's capacity estimates and demand shares, how long
 arrivals took to reach the engine (p50/p99 ms: the part of T spent before admission judged them), and its decisions by
@@ -31,7 +32,7 @@ _EDGE_CUT = re.compile(r"(\d\d:\d\d:\d\d).*voxserve edge admission: (in-progress
 _SPREAD = re.compile(r"^(?P<name>[a-z_ /%]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
 _TALLY = re.compile(r"^admission (?P<reason>[a-z: -]+) (?P<n>\d+)$")  # the scheduler's admission decisions
 _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
-           "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
+           "first chunk steps after prefill", "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
            "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",
            "admitted streams", "capacity backbone frames/s", "capacity codec frames/s", "step overhead ms",
            "demand % of backbone", "demand % of codec", "codebook0 draw us", "arrival age ms")
@@ -116,7 +117,7 @@ def _cell(row: dict, name: str, key: str = "p50", scale: float = 1.0, digits: in
 
 def format_table(rows: list[dict]) -> str:
     head = ("time      steps batch frames/s decode  prefill(share)  interval p50/p90/longest  gap p50/p90  host  "
-            "urgent  background    streams  waiting  to cut   to audio   pump us p50/p99 (ms/s)")
+            "urgent  background    streams  waiting  to cut   steps  to audio   pump us p50/p99 (ms/s)")
     lines = [head]
     scheduler = [r for r in rows if r.get("source") == "scheduler"]
     for r in rows:
@@ -131,6 +132,8 @@ def format_table(rows: list[dict]) -> str:
                   f"{_cell(r, 'chunks waiting for a lane', 'max', digits=0)}  "
                   f"{_cell(r, 'first chunk ms after prefill', digits=0)}/"
                   f"{_cell(r, 'first chunk ms after prefill', 'p99', digits=0)}  "
+                  f"{_cell(r, 'first chunk steps after prefill', digits=0)}/"
+                  f"{_cell(r, 'first chunk steps after prefill', 'max', digits=0)}  "
                   f"{_cell(r, 'first audio ms after cut', digits=0)}/"
                   f"{_cell(r, 'first audio ms after cut', 'p99', digits=0)}")
         lines.append(f"{r['time']}  {r['steps']:5d} {_cell(r, 'batch'):>5} {_cell(r, 'frames_per_s', digits=0):>8} "

@@ -28,6 +28,7 @@ def test_a_logged_window_round_trips_into_a_row():
         timer.add_gauge("open audio streams", 10 + step)
         timer.add_gauge("chunks waiting for a lane", step)
         timer.add_gauge("first chunk ms after prefill", 40.0 + step)
+        timer.add_gauge("first chunk steps after prefill", 5 if step else 12)
         timer.add_gauge("first audio ms after cut", 2.5)
         timer.add_count("backbone frames", 8)
         timer.add_gauge("lanes pump us", 900 if step == 3 else 100)
@@ -44,12 +45,13 @@ def test_a_logged_window_round_trips_into_a_row():
     assert row["open audio streams"]["max"] == 13.0 and row["chunks waiting for a lane"]["max"] == 3.0
     assert row["first chunk ms after prefill"] == {"p50": 42.0, "p99": 43.0, "max": 43.0}
     assert row["first audio ms after cut"]["p50"] == 2.5
+    assert (row["first chunk steps after prefill"]["p50"], row["first chunk steps after prefill"]["max"]) == (5, 12)
     assert row["frames_per_s"] == 1067  # 32 frames over 30 ms of step intervals
     # the pump's median step and its mean: 1,200 us over 30 ms of step intervals is 40 ms a second
     assert row["lanes pump us"]["p50"] == 100 and row["pump_us_per_s"] == 40000
     table = format_table([row])
     assert table.splitlines()[1].split()[3] == "1067" and " x13.0 as 16.0  " in table.splitlines()[1]
-    assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  2/2  100/900 (40.0)")
+    assert "17:04:10" in table.splitlines()[1] and table.splitlines()[1].endswith("42/43  5/12  2/2  100/900 (40.0)")
 
 
 def test_the_windows_longest_step_interval_is_parsed_and_shown_beside_its_percentiles():

@@ -366,4 +366,5 @@ def test_each_first_audio_records_its_path_from_prefill_to_cut_to_audio(program,
     pipeline.push(codes[:1], ["short"])
     pipeline.close("short")
     pipeline.close("a")
-    assert pipeline.first_audio_paths == [(FIRST, 0.0), (10.0, 0.0)]  # the clock stood still while decoding
+    # the clock stood still while decoding; "short" waited out the FIRST steps that decoded only "a"
+    assert pipeline.first_audio_paths == [(FIRST, 0.0, FIRST), (10.0, 0.0, FIRST + 1)]

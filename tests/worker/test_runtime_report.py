@@ -93,6 +93,7 @@ def test_report_tracks_frames_chunks_first_audio_and_step_costs(program):
     gauges = runtime.host_times._gauges
     assert len(gauges["first chunk ms after prefill"]) == 1 and len(gauges["first audio ms after cut"]) == 1
     assert gauges["first chunk ms after prefill"][0] >= 0 and not runtime.pipeline.first_audio_paths
+    assert gauges["first chunk steps after prefill"] == [4]  # every one of the four steps decoded it
     # and the scheduler's: the first chunk's cut to its audio, in the report of the step that sent it, once
     assert handovers[:3] == [[], [], []] and len(handovers[3]) == 1
     assert handovers[3][0] == pytest.approx(gauges["first audio ms after cut"][0] / 1e3, abs=1e-4)

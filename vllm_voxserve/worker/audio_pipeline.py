@@ -70,7 +70,9 @@ class _Stream:
     chunks_sent: int = 0  # chunks whose audio has been sent (lanes mode: may trail chunks_cut)
     first_audio_at: float | None = None  # when its first audio left (the pipeline's clock)
     opened_at: float = 0.0  # when the worker took it up (its prefill), for the first-audio path
+    opened_push: int = 0  # the pipeline's pushes before it was taken up
     first_cut_at: float | None = None  # when its first chunk was cut (all of its frames existed)
+    first_cut_pushes: int = 0  # pushes from its taking up to its first cut: its first chunk's frames took this many
     seq: int = 0  # next message number on the audio channel
     closing: bool = False  # finished: END follows its last audio
     seed: int | None = None  # the request's seed (names it to the tests' fault injection)
@@ -90,8 +92,11 @@ class AudioPipeline:
         self.chunks_sent = 0  # over all requests, since start-up
         self.frames_pushed = 0  # backbone frames handed over, since start-up (the speech metrics' frame rate)
         # per request, at its first audio: (first chunk cut - taken up, first audio - first chunk cut) in seconds, the
-        # worker's share of its time to first audio; the runtime drains it into the step log
-        self.first_audio_paths: list[tuple[float, float]] = []
+        # worker's share of its time to first audio, and the steps (pushes) from its taking up to that cut: about
+        # the first chunk's frames when every step decoded it, more when steps left it out; the runtime drains it
+        # into the step log
+        self.first_audio_paths: list[tuple[float, float, int]] = []
+        self.pushes = 0  # push calls since start-up: one a step (in inline mode, a step with frames)
         self.codecs: dict[CodecMode, CodecRunner] = {}  # each mode's runner, built on first use and kept
         mode = CodecMode(config.codec_mode)
         if mode is CodecMode.AUTO:
@@ -177,11 +182,12 @@ class AudioPipeline:
         self.codec.open(req_id, warmup_codes)  # RuntimeError when no state slot is free
         # as many store slots as codec slots, so one is free here
         self.streams[req_id] = _Stream(stream_key, address, self.frame_store.open(), opened_at=self.clock(),
-                                       seed=seed)
+                                       opened_push=self.pushes, seed=seed)
 
     def push(self, codes: torch.Tensor, req_ids: list[str]) -> None:
         """codes [n, 16]: one finished frame per entry of req_ids (in frame order per request)."""
         self.frames_pushed += len(req_ids)
+        self.pushes += 1
         try:
             self._push(codes, req_ids)
         finally:
@@ -227,6 +233,7 @@ class AudioPipeline:
             ready.append((req_id, stream.chunks_cut, frames))
             if stream.chunks_cut == 0:
                 stream.first_cut_at = self.clock()
+                stream.first_cut_pushes = self.pushes - stream.opened_push
             stream.chunks_cut += 1
 
     def _take_pending(self, stream: _Stream) -> torch.Tensor:
@@ -256,6 +263,7 @@ class AudioPipeline:
             return
         if stream.pending and stream.chunks_cut == 0:  # shorter than a first chunk
             stream.first_cut_at = self.clock()
+            stream.first_cut_pushes = self.pushes - stream.opened_push
         stream.closing = True
         last = None
         if stream.pending:
@@ -332,7 +340,7 @@ class AudioPipeline:
             stream.first_audio_at = self.clock()
             if stream.first_cut_at is not None:  # audio follows a cut chunk; guarded all the same
                 self.first_audio_paths.append((stream.first_cut_at - stream.opened_at,
-                                               stream.first_audio_at - stream.first_cut_at))
+                                               stream.first_audio_at - stream.first_cut_at, stream.first_cut_pushes))
         stream.seq += 1
         stream.chunks_sent += 1
         self.chunks_sent += 1

@@ -176,8 +176,9 @@ class SpeechRuntime:
             self.host_times.add_gauge("codebook0 draw us", round(draw_s * 1e6))
             self.host_times.add_count("codebook0 draw host us", round(draw_s * 1e6))
             self.model.last_draw_s = None
-        for frames_s, codec_s in self.pipeline.first_audio_paths:  # requests that heard their first audio
+        for frames_s, codec_s, steps in self.pipeline.first_audio_paths:  # requests that heard their first audio
             self.host_times.add_gauge("first chunk ms after prefill", round(frames_s * 1e3, 1))
+            self.host_times.add_gauge("first chunk steps after prefill", steps)
             self.host_times.add_gauge("first audio ms after cut", round(codec_s * 1e3, 1))
             self._handovers.append(codec_s)  # and for the scheduler, which predicts first audio with it
         self.pipeline.first_audio_paths.clear()
