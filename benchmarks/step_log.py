@@ -32,8 +32,9 @@ _EDGE_CUT = re.compile(r"(\d\d:\d\d:\d\d).*voxserve edge admission: (in-progress
 _SPREAD = re.compile(r"^(?P<name>[a-z_ /%]+?) (?P<p50>[\d.]+)/(?P<p90>[\d.]+)/(?P<p99>[\d.]+)(?P<rest>.*)$")
 _TALLY = re.compile(r"^admission (?P<reason>[a-z: -]+) (?P<n>\d+)$")  # the scheduler's admission decisions
 _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms after prefill",
-           "first chunk steps after prefill", "first audio ms after cut", "prepare staging wait us", "prepare copies us", "lanes pump us",
-           "lanes harvest us", "lanes deliver us", "lanes plan us", "lanes launch us", "lanes drain us",
+           "first chunk steps after prefill", "first audio ms after cut", "prepare staging wait us",
+           "prepare copies us", "lanes pump us", "lanes harvest us", "lanes deliver us", "lanes plan us",
+           "lanes launch us", "lanes drain us",
            "admitted streams", "capacity backbone frames/s", "capacity codec frames/s", "step overhead ms",
            "demand % of backbone", "demand % of codec", "codebook0 draw us", "arrival age ms")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+)(?: run as (?P<rows>[\d.]+))?, "

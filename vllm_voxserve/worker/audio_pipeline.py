@@ -72,7 +72,7 @@ class _Stream:
     opened_at: float = 0.0  # when the worker took it up (its prefill), for the first-audio path
     opened_push: int = 0  # the pipeline's pushes before it was taken up
     first_cut_at: float | None = None  # when its first chunk was cut (all of its frames existed)
-    first_cut_pushes: int = 0  # pushes from its taking up to its first cut: its first chunk's frames took this many
+    first_cut_pushes: int = 0  # pushes from its taking up to its first cut (see `first_audio_paths`)
     seq: int = 0  # next message number on the audio channel
     closing: bool = False  # finished: END follows its last audio
     seed: int | None = None  # the request's seed (names it to the tests' fault injection)
