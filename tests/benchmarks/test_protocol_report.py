@@ -278,20 +278,20 @@ def test_late_first_audios_awaited_across_a_pause_of_the_client_are_told_apart(t
     first_late = min((r for r in run["requests"] if band[0] <= r["scheduled_s"] / 6.0 < band[1]),
                      key=lambda r: r["sent_s"])
 
-    def paused_at(start_s):
+    def paused_at(start_s):  # the run with one more request, sent 40 ms after its schedule at start_s
         pause = {**run["requests"][0], "index": 10_000, "scheduled_s": start_s, "sent_s": start_s + 0.04}
-        runs = [{**run, "requests": run["requests"] + [pause]}]
+        return [{**run, "requests": run["requests"] + [pause]}]
+
+    def late_of(runs):
         (row,) = summarize_protocol("ours", runs, SloSpec()).rows
         return row.late_first_audio
 
-    quiet = paused_at(0.5)  # long before any late request was sent
-    across = paused_at(first_late["sent_s"] + 0.01)
+    quiet = late_of(paused_at(0.5))  # long before any late request was sent
+    runs = paused_at(first_late["sent_s"] + 0.01)
+    across = late_of(runs)
     assert quiet.count == across.count > 0 and quiet.while_client_paused == 0
     assert 1 <= across.while_client_paused <= across.count
     out = tmp_path / "report"
-    runs = [{**run, "requests": run["requests"] + [{**run["requests"][0], "index": 10_000,
-                                                    "scheduled_s": first_late["sent_s"] + 0.01,
-                                                    "sent_s": first_late["sent_s"] + 0.05}]}]
     assert main([write(tmp_path, "sweep", {**record, "runs": runs}), "--labels", "ours", "--out", str(out)]) == 0
     text = (out / "protocol.md").read_text()
     assert "while the client paused" in text and f"| {across.count} | " in text

@@ -232,9 +232,13 @@ class AudioPipeline:
             stream.pending = 0
             ready.append((req_id, stream.chunks_cut, frames))
             if stream.chunks_cut == 0:
-                stream.first_cut_at = self.clock()
-                stream.first_cut_pushes = self.pushes - stream.opened_push
+                self._mark_first_cut(stream)
             stream.chunks_cut += 1
+
+    def _mark_first_cut(self, stream: _Stream) -> None:
+        """Its first chunk is cut now: when, and after how many pushes since it was taken up (`first_audio_paths`)."""
+        stream.first_cut_at = self.clock()
+        stream.first_cut_pushes = self.pushes - stream.opened_push
 
     def _take_pending(self, stream: _Stream) -> torch.Tensor:
         frames = self.frame_store.take(stream.store_slot, stream.pending)
@@ -262,8 +266,7 @@ class AudioPipeline:
         if stream.closing:
             return
         if stream.pending and stream.chunks_cut == 0:  # shorter than a first chunk
-            stream.first_cut_at = self.clock()
-            stream.first_cut_pushes = self.pushes - stream.opened_push
+            self._mark_first_cut(stream)
         stream.closing = True
         last = None
         if stream.pending:
