@@ -120,7 +120,7 @@ class ClosedLoop:
         order = self.generator.orders[seed]
         texts = [order.next() for _ in range(count)]
         records: list[RequestRecord] = []
-        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         origin = time.perf_counter()
 
         async def worker() -> None:

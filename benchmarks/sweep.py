@@ -277,7 +277,8 @@ class LoadGenerator:
         idle_wait_s = await self.wait_until_idle() if not verdict.is_settled else None
         records = [self._record(p.index, p.offset_s, p.text, p.num_frames) for p in planned]
         verdict.records.extend(records)
-        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        # to the millisecond: started_at plus a request's sent_s places it among the server log's lines
+        started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         with _WindowCollections() as collections:
             elapsed_s = await self._send_window(rate, seed, planned, records, verdict)
         return Run(rate, seed, window_s, started_at, records, elapsed_s=elapsed_s, settled_early=verdict.is_settled,

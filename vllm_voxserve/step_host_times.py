@@ -41,7 +41,9 @@ class StepHostTimes:
         # host sees it) and the device time of decode steps with their batch, so one line shows where a step goes
         self._intervals: list[float] = []
         self._last_end: float | None = None
-        self._longest = (0.0, 0.0)  # the window's longest step interval and when it ended
+        # the window's longest step interval, when it ended and this timer's parts of it: parts far below the interval
+        # put the time outside the code this timer covers (vLLM's own work, the device, a pause of the process)
+        self._longest: tuple[float, float, dict[str, float]] = (0.0, 0.0, {})
         self._decode: list[tuple[int, float]] = []
         self._prefill: list[tuple[int, float]] = []  # steps with prompt tokens (mixed with the decode rows)
         self._gauges: dict[str, list[float]] = {}
@@ -82,14 +84,14 @@ class StepHostTimes:
 
     def end_step(self) -> str | None:
         """Close this step; returns (and reports) the summary line when a window is complete."""
-        if self._current:
-            self._window.append(self._current)
-            self._current = {}
+        step_parts, self._current = self._current, {}
+        if step_parts:
+            self._window.append(step_parts)
         now = self.clock()
         if self._last_end is not None:
             interval = now - self._last_end
             if interval > self._longest[0]:
-                self._longest = (interval, now)
+                self._longest = (interval, now, step_parts)
             self._intervals.append(interval)
         self._last_end = now
         if self._window_started is None:
@@ -105,8 +107,10 @@ class StepHostTimes:
             _spread(name, v) for name, v in columns.items())
         line += _spread("; step interval", self._intervals)
         if self._intervals:  # a single blocked step (a pause of a second among 600 steps) escapes every percentile
-            longest, ended = self._longest
+            longest, ended, longest_parts = self._longest
             line += f", longest {longest * 1e3:.1f} ending {now - ended:.1f} s before this line"
+            if longest_parts:
+                line += " (of it " + ", ".join(f"{p} {sec * 1e3:.1f}" for p, sec in sorted(longest_parts.items())) + ")"
         if self._decode:
             line += _spread("; decode device time", [sec for _, sec in self._decode])
             line += f" at mean batch {sum(n for n, _ in self._decode) / len(self._decode):.1f}"
@@ -132,6 +136,6 @@ class StepHostTimes:
         line += "".join(f"; {name} {total}" for name, total in self._tallies.items())
         self._window, self._intervals, self._decode, self._prefill, self._gauges, self._batches, self._gaps = (
             [], [], [], [], {}, {}, [])
-        self._counts, self._tallies, self._longest = {}, {}, (0.0, 0.0)
+        self._counts, self._tallies, self._longest = {}, {}, (0.0, 0.0, {})
         self.report(line)
         return line

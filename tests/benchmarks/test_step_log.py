@@ -168,9 +168,11 @@ def test_the_api_servers_limit_cuts_get_their_own_table(caplog):
 
 def test_the_api_servers_load_gets_its_own_table():
     line = ("(APIServer pid=1) INFO 12-04 11:17:28 [server_load.py:50] voxserve api server load: event loop lag ms "
-            "p50/p99/max 0.2/35.0/120.4 over 180 ticks; threads, share of a CPU: MainThread (1) 97%")
+            "p50/p99/max 0.2/35.0/120.4 over 180 ticks; threads, share of a CPU: MainThread (1) 97%; first audio "
+            "handed on ms p50/p99/max 120.3/190.2/231.0 over 1012 requests")
     row = parse_line(line)
     assert row["source"] == "api_server" and row["load"].startswith("event loop lag ms p50/p99/max 0.2/35.0/120.4")
+    assert row["load"].endswith("first audio handed on ms p50/p99/max 120.3/190.2/231.0 over 1012 requests")
     assert format_table([row]).splitlines()[-1] == f"11:17:28  {row['load']}"
 
 

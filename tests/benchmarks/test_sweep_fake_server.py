@@ -1,6 +1,7 @@
 """Short sweeps, searches and an ablation against the in-process fake server (loopback only)."""
 
 import json
+import re
 
 import pytest
 
@@ -237,3 +238,6 @@ def test_a_window_runs_with_the_earlier_records_frozen_out_of_the_collector(tmp_
     assert gc.get_freeze_count() == 0
     (run,) = result.runs
     assert 0.0 <= run.to_json()["client_gc_longest_s"] < 1.0
+    # its start to the millisecond, so that started_at plus a send's offset meets the server log's lines
+    started = run.to_json()["started_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", started), started

@@ -179,3 +179,13 @@ def test_what_the_engines_limit_would_refuse_is_refused_here_without_a_ticket_ev
         answer = g.admit(0.0, ("server at capacity: 3 requests in progress at this API server", 0.2))
         assert isinstance(answer, EdgeRefusal) and answer.retry_after_s == 0.2 and g.in_progress == 0
         assert isinstance(g.admit(0.0), AdmissionTicket) and g.in_progress == 1
+
+
+def test_the_guard_keeps_each_first_audios_time_from_the_routes_entry_for_the_load_line_with_the_limit_on_or_off():
+    for g in (guard(), EdgeGuard(LimitSettings(T, FLOOR), retry_after_s=1.0, enabled=False)):
+        first, second = g.admit(1.0), g.admit(1.5)
+        first.first_audio(1.12)
+        first.first_audio(1.3)  # a later call is no first audio
+        second.first_audio(1.74)
+        assert [round(s, 3) for s in g.take_first_audio_s()] == [0.12, 0.24]
+        assert g.take_first_audio_s() == []  # taken once

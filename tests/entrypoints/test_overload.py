@@ -158,6 +158,17 @@ def test_every_answer_ends_the_requests_admission_ticket(outcome, stream):
     assert test_client.app.state.voxserve_edge.in_progress == 0
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_answers_first_audio_reaches_the_load_line_and_a_refusal_leaves_none(stream):
+    test_client = client([np.zeros(1920, np.float32)])
+    test_client.post("/v1/audio/speech", json={**BODY, "stream": stream})
+    first = test_client.app.state.voxserve_edge.take_first_audio_s()
+    assert len(first) == 1 and 0.0 <= first[0] < 10.0
+    test_client.app.state.voxserve_speech.outcome = Overloaded("busy", 1.0)
+    assert test_client.post("/v1/audio/speech", json={**BODY, "stream": stream}).status_code == 503
+    assert test_client.app.state.voxserve_edge.take_first_audio_s() == []
+
+
 class RejectingEngine:
     """Finishes every request as the scheduler adapter does for a rejected one: abort, stop_reason = rejection."""
 

@@ -31,6 +31,20 @@ def test_a_window_reports_the_lag_quantiles_and_the_busy_threads():
     assert load.lag(0.001) is None  # a new window starts
 
 
+def test_the_first_audios_handed_on_in_a_window_follow_the_lag_and_a_window_without_any_says_nothing_of_them():
+    clock, taken = Clock(), [[0.12, 0.09, 0.23, 0.1], []]
+    load = ServerLoad(window_s=1.0, clock=clock, threads=ThreadCpu(read=dict, clock=clock),
+                      first_audio_s=lambda: taken.pop(0))
+    lines = []
+    for _ in range(40):
+        clock.now += 0.05
+        lines.append(load.lag(0.0))
+    reported = [line for line in lines if line is not None]
+    assert len(reported) == 2
+    assert reported[0].endswith("; first audio handed on ms p50/p99/max 120.0/230.0/230.0 over 4 requests")
+    assert "first audio" not in reported[1]
+
+
 def test_the_server_logs_its_load_while_it_runs(caplog):
     async def run():
         task = asyncio.get_running_loop().create_task(log_server_load(tick_s=0.01, window_s=0.05))

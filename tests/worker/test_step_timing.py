@@ -69,6 +69,24 @@ def test_the_windows_longest_step_interval_and_when_it_ended_are_in_the_line():
     assert "step interval 15.000/15.000/15.000, longest 50.0 ending 0.0 s before this line" in lines[1]
 
 
+def test_the_longest_steps_own_parts_follow_it_so_time_outside_them_shows():
+    lines, now = [], [0.0]
+    timer = StepHostTimes(every=4, report=lines.append, clock=lambda: now[0], every_s=1e9)
+    for step, (interval, prepare, after) in enumerate([(0.015, 0.001, 0.002), (0.090, 0.004, 0.003),
+                                                        (0.015, 0.001, 0.002), (0.015, 0.030, 0.001)]):
+        now[0] += interval
+        timer.add("prepare", prepare)
+        timer.add("after_forward", after)
+        timer.end_step()
+    # the 90 ms step's parts (7 ms of it), not the step with the largest part
+    assert "longest 90.0 ending 0.0 s before this line (of it after_forward 3.0, prepare 4.0)" in lines[0]
+    for step in range(4):  # the next window names its own longest step's parts only
+        now[0] += 0.040 if step == 1 else 0.015
+        timer.add("prepare", 0.002)
+        timer.end_step()
+    assert "longest 40.0 ending 0.0 s before this line (of it prepare 2.0)" in lines[1]
+
+
 def test_a_window_also_closes_after_every_s_seconds_of_enough_steps():
     lines, now = [], [0.0]
     timer = StepHostTimes(every=2000, report=lines.append, clock=lambda: now[0], every_s=10.0, min_steps=20)

@@ -16,7 +16,8 @@ engine's in-progress limit would give, `SpeechService.refusal_at_arrival`): an `
 Retry-After; the engine never hears of the request) or an `AdmissionTicket` that the route tells of the first audio
 (`first_audio`), of how far the audio handed out plays (`playing_until`) and of the end (`done`, however the request
 ends). Off (`overload_mode` "off" or `edge_admission` false) it refuses nothing. The clock is the caller's; each cut
-of the limit is logged with what made it.
+of the limit is logged with what made it. Either way it keeps the first audios' times for the API server's load line
+(`take_first_audio_s`): beside the engine's step log they tell time spent in this process from time spent beyond it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, LimitSet
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
 
 logger = logging.getLogger(__name__)
+
+_KEPT_FIRST_AUDIOS = 1 << 16  # bounds what a guard keeps where no load line takes them (far above a window's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class EdgeGuard:
         self.retry_after_s = retry_after_s
         self.tickets: set[AdmissionTicket] = set()  # the requests in progress here
         self._looked_at = -math.inf
+        self._first_audio_s: list[float] = []  # since the load line last took them
 
     @classmethod
     def from_policy(cls, cfg: SchedulerPolicyConfig) -> EdgeGuard:
@@ -113,7 +117,14 @@ class EdgeGuard:
             logger.info("voxserve edge admission: in-progress limit cut to %.0f at %d in progress (%s)",
                         limit.limit, len(self.tickets), limit.last_cut)
 
+    def take_first_audio_s(self) -> list[float]:
+        """The first audios' times (route entry to first audio handed on) since the last call."""
+        taken, self._first_audio_s = self._first_audio_s, []
+        return taken
+
     def _first_audio(self, ticket: AdmissionTicket, now: float) -> None:
+        if len(self._first_audio_s) < _KEPT_FIRST_AUDIOS:
+            self._first_audio_s.append(now - ticket.arrival_time)
         if self.limit is not None:
             # a burst onto an idle server shows as its onset before its own first audios are judged
             self.limit.note_load(now, len(self.tickets))

@@ -3,7 +3,9 @@
 Every response's audio passes through this process's one event loop: past capacity, the client's first audio came
 hundreds of milliseconds after the engine had sent it (2026-12-04_b7fcaeb at 144 req/s: the worker's part p99 under
 220 ms, the client's p50 568 ms). The engine's step log cannot see that time; a loop that wakes late from a short
-sleep can: its lag is the wait of every callback queued behind the busy loop.
+sleep can: its lag is the wait of every callback queued behind the busy loop. Beside it, the first audios as this
+process handed them on (from the route's entry): late here but not in the engine's step log, the time went in this
+process; late at the client but not here, beyond it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ class ServerLoad:
     """Lags of the loop's short sleeps, reported with the threads' CPU shares once a window has passed."""
 
     def __init__(self, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
-                 threads: ThreadCpu | None = None) -> None:
-        self.window_s, self.clock = window_s, clock
+                 threads: ThreadCpu | None = None, first_audio_s: Callable[[], list[float]] | None = None) -> None:
+        self.window_s, self.clock, self.first_audio_s = window_s, clock, first_audio_s
         self.threads = threads if threads is not None else ThreadCpu()
         self._lags: list[float] = []
         self._since = clock()
@@ -34,15 +36,24 @@ class ServerLoad:
         if self.clock() - self._since < self.window_s:
             return None
         lags, self._lags, self._since = sorted(self._lags), [], self.clock()
-        ms = [1e3 * lags[min(len(lags) - 1, int(q * len(lags)))] for q in (0.5, 0.99)] + [1e3 * lags[-1]]
         threads = self.threads.report()
-        return (f"event loop lag ms p50/p99/max {ms[0]:.1f}/{ms[1]:.1f}/{ms[2]:.1f} over {len(lags)} ticks; "
+        line = (f"event loop lag ms {_spread(lags)} over {len(lags)} ticks; "
                 f"threads, share of a CPU: {threads if threads is not None else 'unknown'}")
+        first = sorted(self.first_audio_s()) if self.first_audio_s is not None else []
+        if first:
+            line += f"; first audio handed on ms {_spread(first)} over {len(first)} requests"
+        return line
 
 
-async def log_server_load(tick_s: float = 0.05, window_s: float = 10.0) -> None:
-    """Runs for the server's life on its event loop."""
-    load = ServerLoad(window_s)
+def _spread(sorted_s: list[float]) -> str:
+    ms = [1e3 * sorted_s[min(len(sorted_s) - 1, int(q * len(sorted_s)))] for q in (0.5, 0.99)] + [1e3 * sorted_s[-1]]
+    return f"p50/p99/max {ms[0]:.1f}/{ms[1]:.1f}/{ms[2]:.1f}"
+
+
+async def log_server_load(tick_s: float = 0.05, window_s: float = 10.0,
+                          first_audio_s: Callable[[], list[float]] | None = None) -> None:
+    """Runs for the server's life on its event loop; `first_audio_s`: the first audios' times since its last call."""
+    load = ServerLoad(window_s, first_audio_s=first_audio_s)
     while True:
         asked = time.monotonic()
         await asyncio.sleep(tick_s)

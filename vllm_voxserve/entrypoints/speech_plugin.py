@@ -323,7 +323,8 @@ class SpeechEndpointPlugin:
         state.voxserve_api_keys = _api_keys(args)
         state.voxserve_edge = EdgeGuard.from_policy(config.scheduler_policy())
         state.voxserve_speech = service
-        state.voxserve_load_log = asyncio.get_running_loop().create_task(log_server_load())
+        state.voxserve_load_log = asyncio.get_running_loop().create_task(
+            log_server_load(first_audio_s=state.voxserve_edge.take_first_audio_s))
         logger.info("voxserve: /v1/audio/speech ready for %s (%s)", served, service.tables.model_type)
 
 
