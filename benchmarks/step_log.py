@@ -7,14 +7,15 @@ interval (p50/p90 and the window's longest, ms), the device's idle gap before a 
 for), our host time (p50 of the total), each codec lane's busy share and mean batch (and the mean batch size it ran at,
 padding included, where the line has it), the gauges (open audio streams, chunks waiting for a lane: p50/max), and the
 worker's part of the time to first audio of the requests that heard it in the window (prefill to first chunk cut:
-p50/p99 ms, and in steps: p50/max, about the first chunk's frames where every step decoded it; cut to first audio
-sent: p50/p99 ms), and the lanes pump's host time (p50/p99 of a step, and in parentheses its mean in ms a
-second of steps: the median says how the work is spread over the steps, the rate how much there is). The scheduler's
-lines get their own table: its host time, admitted streams, admission's capacity estimates and demand shares, how long
-arrivals took to reach the engine (p50/p99 ms: the part of T spent before admission judged them), and its decisions by
-reason; the API server's cuts of its in-progress limit (`edge_admission`), one row each, with what made them; and the
-API server's load (`server_load`: its event loop's lag, its threads' CPU and the first audios it handed on, p50/p99/max
-ms from the route's entry). Each step-time line's longest step keeps its own parts in the raw log ("of it ...").
+p50/p99 ms, and in steps: p50/max, about the first chunk's frames where every step decoded it; cut to first audio sent:
+p50/p99 ms), and the lanes pump's host time (p50/p99 of a step, and in parentheses its mean in ms a second of steps: the
+median says how the work is spread over the steps, the rate how much there is). The scheduler's lines get their own
+table: its host time, admitted streams, admission's capacity estimates and demand shares, how long arrivals took to
+reach the engine (p50/p99 ms: the part of T spent before admission judged them) and to the step that scheduled their
+prompt (p50/p99/max ms: the wait for a prefill besides), and its decisions by reason; the API server's cuts of its
+in-progress limit (`edge_admission`), one row each, with what made them; and the API server's load (`server_load`: its
+event loop's lag, its threads' CPU and the first audios it handed on, p50/p99/max ms from the route's entry). Each
+step-time line's longest step keeps its own parts in the raw log ("of it ...").
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ _GAUGES = ("open audio streams", "chunks waiting for a lane", "first chunk ms af
            "prepare copies us", "lanes pump us", "lanes harvest us", "lanes deliver us", "lanes plan us",
            "lanes launch us", "lanes drain us",
            "admitted streams", "capacity backbone frames/s", "capacity codec frames/s", "step overhead ms",
-           "demand % of backbone", "demand % of codec", "codebook0 draw us", "arrival age ms")
+           "demand % of backbone", "demand % of codec", "codebook0 draw us", "arrival age ms",
+           "arrival to prefill ms")
 _LANE = re.compile(r"^(?P<lane>\w+) lane (?P<n>\d+) batches of mean (?P<mean>[\d.]+)(?: run as (?P<rows>[\d.]+))?, "
                    r"device time (?P<p50>[\d.]+)/[\d.]+/[\d.]+, busy (?P<busy>\d+)%$")
 
@@ -150,7 +152,7 @@ def format_table(rows: list[dict]) -> str:
     if scheduler:  # the policy's own host time a step (schedule + update), in the same engine-core thread
         lines += ["", "time      steps  scheduler host ms p50/p90 (schedule, update, total)  admitted streams  "
                       "capacity frames/s backbone/codec  demand % backbone/codec max  arrival age ms p50/p99  "
-                      "admission decisions"]
+                      "to prefill ms p50/p99/max  admission decisions"]
         for r in scheduler:
             parts = "  ".join(f"{_cell(r, n, digits=3)}/{_cell(r, n, 'p90', digits=3)}"
                               for n in ("schedule", "update", "total"))
@@ -162,6 +164,9 @@ def format_table(rows: list[dict]) -> str:
                          f"{_cell(r, 'demand % of codec', 'max', digits=0):<13}  "
                          f"{_cell(r, 'arrival age ms', digits=0):>11}/"
                          f"{_cell(r, 'arrival age ms', 'p99', digits=0):<10}  "
+                         f"{_cell(r, 'arrival to prefill ms', digits=0):>9}/"
+                         f"{_cell(r, 'arrival to prefill ms', 'p99', digits=0)}/"
+                         f"{_cell(r, 'arrival to prefill ms', 'max', digits=0):<8}  "
                          f"{decisions}")
     cuts = [r for r in rows if r.get("source") == "edge"]
     if cuts:  # refusals at the API server: the engine's table does not see them

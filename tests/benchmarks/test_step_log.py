@@ -109,6 +109,18 @@ def test_how_long_arrivals_took_to_reach_the_engine_is_a_column_of_the_scheduler
     assert "arrival age ms p50/p99" in table[-2] and "12/48" in table[-1].split()
 
 
+def test_how_long_arrivals_waited_for_their_prefill_is_a_column_of_the_schedulers_table():
+    timer, lines = scheduler_window(every=3)
+    for wait_ms in (20.0, 31.0, 95.0):
+        timer.add("schedule", 0.0002)
+        timer.add_gauge("arrival to prefill ms", wait_ms)
+        timer.end_step()
+    row = parse_line(engine_core_line(lines[0]))
+    assert row["arrival to prefill ms"] == {"p50": 31.0, "p99": 95.0, "max": 95.0}
+    table = format_table([row]).splitlines()
+    assert "to prefill ms p50/p99/max" in table[-2] and "31/95/95" in table[-1].split()
+
+
 def test_every_admission_reason_the_scheduler_logs_is_tallied():
     from vllm_voxserve.scheduler import overload
 

@@ -396,6 +396,23 @@ def test_how_long_a_request_took_to_reach_the_engine_is_logged():
     assert "arrival age ms 0/34/34" in lines[0]
 
 
+@pytest.mark.parametrize("stock", [False, True])
+def test_how_long_a_request_waited_from_its_arrival_to_its_prefill_is_logged_in_either_mode(stock):
+    scheduler, clock = build()
+    scheduler.set_policy(stock=stock)
+    lines = []
+    scheduler.host_times = StepHostTimes(every=3, report=lines.append, title="voxserve scheduler host time")
+    late = speech_request("a", clock)
+    late.arrival_time = clock.t - 0.034  # 34 ms on its way before the engine core saw it
+    scheduler.add_request(late)
+    step(scheduler, clock)
+    scheduler.add_request(speech_request("b", clock))
+    clock.t += 0.02  # b waits 20 ms before a step schedules it
+    for _ in range(2):
+        step(scheduler, clock)
+    assert "arrival to prefill ms 20/34/34" in lines[0]  # one value a prompt, not one a step
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_a_request_the_worker_failed_ends_at_once_with_its_error(async_scheduling):
     scheduler, clock = build(async_scheduling=async_scheduling)

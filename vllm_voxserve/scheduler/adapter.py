@@ -194,7 +194,17 @@ class SpeechPolicyMixin(TextStreamsMixin):
             self._release_paused(paused)
             self.host_times.add("schedule", time.perf_counter() - started)
         self._idle_while_paused(paused, output)
+        self._gauge_prompts_scheduled(output)
         return output
+
+    def _gauge_prompts_scheduled(self, output) -> None:
+        """From each request's arrival at the API server to the step that schedules its prompt: beside `arrival age`
+        (the way to the engine core), the wait for a prefill, in every serving mode."""
+        now = self.wall_clock()
+        for new in output.scheduled_new_reqs:
+            request = self.requests.get(new.req_id)
+            if request is not None:
+                self.host_times.add_gauge("arrival to prefill ms", round(max(now - request.arrival_time, 0.0) * 1e3, 1))
 
     def _schedule(self, *args, **kwargs):
         if self.stock:
