@@ -22,9 +22,10 @@
 #              past the first whose attainment is below FAILURE (0.99); SWEEP_ARGS adds options (--max-words 12)
 #     overload start a sweep at the explicit RATES (one seed) in the background: goodput past capacity; run it after
 #              the sweep, as the in-progress limit it lowers takes seconds to grow back (2026-12-04_904736d)
-#     wait     wait for the background sweep until CALL_S (560) seconds after this script started, then copy its
-#              record, its log and the step log (a sweep three rates in still had its record cut 15 s after CALL_S:
-#              keep CALL_S 40 s or more under the command's time limit)
+#     wait     wait for the background sweep until CALL_S (560) seconds after CALL_STARTED (`date +%s` at the start
+#              of the limited command, where several runs of this script share one; default: this script's start),
+#              then copy its record, its log and the step log (a sweep three rates in still had its record cut 15 s
+#              after CALL_S: keep CALL_S 40 s or more under the command's time limit)
 #     profile  py-spy the engine core's and the API server's Python stacks for PROFILE_S (10) seconds in the middle of
 #              a load at RATE req/s (one seed, WINDOW_S): where the host time of a step goes (py-spy among the
 #              carried wheels, see README)
@@ -43,7 +44,7 @@
 set -uo pipefail
 out=${OUT:?set OUT}; port=${PORT:-8000}; url=http://127.0.0.1:$port; work=${WORK:-/tmp/protocol}
 mode=${MODE:-voxserve}; label=${LABEL:-$mode}; server=${SERVER_LABEL:-$label}; dp_args=${DP:+ --data-parallel-size $DP}
-mkdir -p "$work"; started=$(date +%s)
+mkdir -p "$work"; started=${CALL_STARTED:-$(date +%s)}
 
 start_sweep() {  # name, arguments: the sweep under setsid, so that it survives the command that started it (unbuffered:
   # `wait` shows the rates finished so far)

@@ -1,8 +1,9 @@
-"""The measurement protocol's mode switch (benchmarks/gpu_host/protocol.sh, stage `mode`) against the fake speech
-server: a refused switch stops the script before any sweep runs under the wrong mode's label."""
+"""The measurement protocol (benchmarks/gpu_host/protocol.sh): its mode switch against the fake speech server (a
+refused switch stops the script before any sweep runs under the wrong mode's label), and its wait's deadline."""
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -37,3 +38,21 @@ def test_an_accepted_switch_lets_the_protocol_go_on(tmp_path):
         assert done.returncode == 0, done.stderr
         assert server.mode == "vllm-stock"
         assert "HTTP 200" in done.stdout
+
+
+def test_a_wait_counts_call_s_from_the_commands_start_where_one_is_given(tmp_path):
+    """Several runs of the script in one limited command: the last one's wait ends CALL_S after the command began,
+    not after the run began (which would outlast the command)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "out").mkdir()
+    sweep = subprocess.Popen(["sleep", "300"])  # a sweep that outlives the command
+    try:
+        (work / "sweep_x.pid").write_text(str(sweep.pid))
+        env = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(work), "LABEL": "x", "STAGES": "wait",
+               "CALL_S": "600", "CALL_STARTED": str(int(time.time()) - 590)}
+        done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_host" / "protocol.sh")], cwd=ROOT,
+                              capture_output=True, text=True, env=env, timeout=90)
+        assert "sweep_x: still running" in done.stdout
+    finally:
+        sweep.kill()
