@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from vllm_voxserve.entrypoints.edge_admission import AdmissionTicket, EdgeGuard, EdgeRefusal
 from vllm_voxserve.scheduler.concurrency_limit import LimitSettings
 from vllm_voxserve.scheduler.policy_config import SchedulerPolicyConfig
@@ -189,3 +191,22 @@ def test_the_guard_keeps_each_first_audios_time_from_the_routes_entry_for_the_lo
         second.first_audio(1.74)
         assert [round(s, 3) for s in g.take_first_audio_s()] == [0.12, 0.24]
         assert g.take_first_audio_s() == []  # taken once
+
+
+def test_an_arrival_the_edge_refuses_for_its_limit_makes_the_window_a_binding_one():
+    g = busy_guard()
+    admitted, _ = arrivals(g, 0.0, 200, 0.5)
+    hear(admitted, 0.3)
+    admitted[0].done(0.56)  # its look closes the late window: cut to 0.9 of the 119 in progress
+    cut = g.limit.limit
+    assert cut == pytest.approx(0.9 * 119)
+    for ticket in admitted[1:21]:
+        ticket.done(0.57)  # before the next look: 99 in progress at the looks from here
+    assert isinstance(g.admit(1.06), AdmissionTicket) and g.limit.limit == cut  # nothing found it full: as it was
+    new = [g.admit(1.061 + i * 0.001) for i in range(8)]  # 108 in progress within one look's interval
+    assert isinstance(g.admit(1.07), EdgeRefusal)  # refused between two looks, which saw 99 and will see 78
+    for ticket in admitted[21:51]:
+        ticket.done(1.075)  # still before the next look
+    hear(new, 0.1)
+    g.admit(1.6)  # the look that closes the clean window
+    assert g.limit.limit == pytest.approx(cut * 1.05)

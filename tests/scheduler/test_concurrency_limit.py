@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from tests.scheduler.steps import stream, waiting
 from vllm_voxserve.scheduler.concurrency_limit import ConcurrencyLimit, LimitSettings, StreamEvidence
 from vllm_voxserve.scheduler.costs import CostModel
@@ -146,6 +148,39 @@ def test_clean_windows_in_a_row_regrow_a_burst_cut_within_seconds_and_a_cut_star
     assert cut == 0.9 * min(150, before)
     lim.observe(t + 1.0, int(cut))
     assert lim.limit == cut * 1.05
+
+
+def test_an_arrival_refused_for_the_limit_makes_a_clean_window_raise_it_though_no_look_found_it_full():
+    lim = ConcurrencyLimit(LimitSettings(T, 16))
+    lim.observe(0.0, 100)
+    for _ in range(20):
+        lim.first_audio(0.1, 0.3)
+    lim.observe(0.5, 100)
+    assert lim.limit == 90
+    for window_end, refused in ((1.0, False), (1.5, True)):
+        for _ in range(20):
+            lim.first_audio(window_end - 0.4, 0.1)  # on time
+        if refused:  # an arrival found 90 in progress between the looks, which find 80
+            assert not lim.admits(90)
+            lim.refused()
+        lim.observe(window_end, 80)
+        assert lim.limit == (90 * 1.05 if refused else 90)
+
+
+def test_the_engines_guard_counts_its_refusals_between_looks_as_the_limit_binding():
+    """The guard looks at the streams once a demand refresh: a refusal between two looks still makes the window a
+    binding one, and the next clean look raises the limit."""
+    cfg = SchedulerPolicyConfig(overload_mode="reject", max_decode_batch=512, demand_refresh_s=0.3)
+    guard = OverloadGuard(cfg, CostModel())
+    slow, queued = started(40, 0.1, 0.21), [waiting(f"w{i}") for i in range(4)]
+    guard.check_arrival(0.0, waiting("a", arrival=0.0), slow, [])
+    guard.check_arrival(0.5, waiting("b", arrival=0.5), slow, queued)  # a look: 44 in progress, late: cut
+    assert guard.limit.limit == 0.9 * 44
+    on_time = started(40, 0.6, 0.05, prefix="c")
+    refusal = guard.check_arrival(0.6, waiting("d", arrival=0.6), on_time, [])  # no look (refreshed 0.1 s ago)
+    assert refusal is not None and refusal.by_limit
+    guard.check_arrival(1.1, waiting("e", arrival=1.1), on_time[:30], [])  # a look: 30 in progress, all on time
+    assert guard.limit.limit == pytest.approx(0.9 * 44 * 1.05)
 
 
 def test_a_late_first_audio_too_few_to_cut_restarts_the_doubling():

@@ -14,12 +14,12 @@ is the feedback that bounds that error, measured on what users get:
   admitted before it do not cut again. The counts keep chance out: a window holds a few dozen first audios, so one
   late among them, which a server meeting a 99 % target has every few windows, would exceed any share and cut in
   the middle of a Poisson burst the server keeps on time; an overload makes many late at once;
-- a clean window in which the limit bound (requests in progress within one of it) raises it by `increase`, doubled
-  for each such window since the last cut or the last late first audio, up to `max_increase`. A burst of
-  simultaneous arrivals makes first audio late (their prefills queue) at far fewer requests in progress than the
-  server keeps on time once arrivals spread out, and a limit that then regrew 5 % a window refused for seconds at a
-  rate the server serves: a 64-request burst cut the API server's limit to 52 and 157 of 2,468 requests were refused
-  in the next 10 s at 80 req/s, where the same server's next two windows at that rate refused 11 of 4,867
+- a clean window in which the limit bound (requests in progress within one of it at a look, or an arrival refused for
+  it) raises it by `increase`, doubled for each such window since the last cut or the last late first audio, up to
+  `max_increase`. A burst of simultaneous arrivals makes first audio late (their prefills queue) at far fewer requests
+  in progress than the server keeps on time once arrivals spread out, and a limit that then regrew 5 % a window refused
+  for seconds at a rate the server serves: a 64-request burst cut the API server's limit to 52 and 157 of 2,468 requests
+  were refused in the next 10 s at 80 req/s, where the same server's next two windows at that rate refused 11 of 4,867
   (2026-12-04_4af55f2, start 3). Near capacity a late first audio or two, too few to cut, come first: they keep the
   raises small there.
 
@@ -114,6 +114,14 @@ class ConcurrencyLimit:
 
     def admits(self, in_progress: int) -> bool:
         return in_progress < self.limit
+
+    def refused(self) -> None:
+        """An arrival was refused for this limit: it bound in this window whatever the looks saw. A guard looks at
+        most every refresh while arrivals come every few ms, and the arrivals an API server refuses for the engine's
+        limit keep the engine's count below it at its looks: on 2026-12-07_ed47d1f the engine's limit, cut once at
+        104 req/s, stayed at 184 for two 30 s windows at 112 while 89 arrivals were refused for it and no first audio
+        came late."""
+        self._bound = True
 
     def counts(self, arrival_time: float) -> bool:
         """Whether what happens to a request that arrived at `arrival_time` is evidence: it came after the last cut."""
