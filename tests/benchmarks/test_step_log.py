@@ -1,5 +1,7 @@
 import lzma
 
+import pytest
+
 from benchmarks.step_log import _BAND_COLUMNS, band_summary, format_table, main, parse_line
 from vllm_voxserve.step_host_times import StepHostTimes
 
@@ -97,28 +99,23 @@ def test_the_schedulers_admission_estimates_and_decisions_are_parsed():
     assert "21000/" in last and "accepted 14, refused: codec frames 4" in last
 
 
-def test_how_long_arrivals_took_to_reach_the_engine_is_a_column_of_the_schedulers_table():
-    timer, lines = scheduler_window(every=2)
-    for age_ms in (12.5, 48.0):
+@pytest.mark.parametrize("gauge, values, spread, header, cell", [
+    # how long arrivals took to reach the engine
+    ("arrival age ms", (12.5, 48.0), {"p50": 12.5, "p99": 48.0, "max": 48.0}, "arrival age ms p50/p99", "12/48"),
+    # and to the step that scheduled their prompt
+    ("arrival to prefill ms", (20.0, 31.0, 95.0), {"p50": 31.0, "p99": 95.0, "max": 95.0},
+     "to prefill ms p50/p99/max", "31/95/95"),
+])
+def test_the_arrivals_times_are_columns_of_the_schedulers_table(gauge, values, spread, header, cell):
+    timer, lines = scheduler_window(every=len(values))
+    for ms in values:
         timer.add("schedule", 0.0002)
-        timer.add_gauge("arrival age ms", age_ms)
+        timer.add_gauge(gauge, ms)
         timer.end_step()
     row = parse_line(engine_core_line(lines[0]))
-    assert row["arrival age ms"] == {"p50": 12.5, "p99": 48.0, "max": 48.0}
+    assert row[gauge] == spread
     table = format_table([row]).splitlines()
-    assert "arrival age ms p50/p99" in table[-2] and "12/48" in table[-1].split()
-
-
-def test_how_long_arrivals_waited_for_their_prefill_is_a_column_of_the_schedulers_table():
-    timer, lines = scheduler_window(every=3)
-    for wait_ms in (20.0, 31.0, 95.0):
-        timer.add("schedule", 0.0002)
-        timer.add_gauge("arrival to prefill ms", wait_ms)
-        timer.end_step()
-    row = parse_line(engine_core_line(lines[0]))
-    assert row["arrival to prefill ms"] == {"p50": 31.0, "p99": 95.0, "max": 95.0}
-    table = format_table([row]).splitlines()
-    assert "to prefill ms p50/p99/max" in table[-2] and "31/95/95" in table[-1].split()
+    assert header in table[-2] and cell in table[-1].split()
 
 
 def test_every_admission_reason_the_scheduler_logs_is_tallied():

@@ -150,12 +150,18 @@ def test_clean_windows_in_a_row_regrow_a_burst_cut_within_seconds_and_a_cut_star
     assert lim.limit == cut * 1.05
 
 
-def test_an_arrival_refused_for_the_limit_makes_a_clean_window_raise_it_though_no_look_found_it_full():
+def cut_once(in_progress: int = 100) -> ConcurrencyLimit:
+    """A limit cut at 0.5 s by a window of late first audios at `in_progress` requests in progress."""
     lim = ConcurrencyLimit(LimitSettings(T, 16))
-    lim.observe(0.0, 100)
+    lim.observe(0.0, in_progress)
     for _ in range(20):
         lim.first_audio(0.1, 0.3)
-    lim.observe(0.5, 100)
+    lim.observe(0.5, in_progress)
+    return lim
+
+
+def test_an_arrival_refused_for_the_limit_makes_a_clean_window_raise_it_though_no_look_found_it_full():
+    lim = cut_once()
     assert lim.limit == 90
     for window_end, refused in ((1.0, False), (1.5, True)):
         for _ in range(20):
@@ -184,11 +190,7 @@ def test_the_engines_guard_counts_its_refusals_between_looks_as_the_limit_bindin
 
 
 def test_a_late_first_audio_too_few_to_cut_restarts_the_doubling():
-    lim = ConcurrencyLimit(LimitSettings(T, 16))
-    lim.observe(0.0, 100)
-    for _ in range(20):
-        lim.first_audio(0.1, 0.3)
-    lim.observe(0.5, 100)
+    lim = cut_once()
     shares, t = [], 0.5
     for late in (0, 0, 1, 0, 0):  # one late first audio in the third window: below `min_late`, no cut
         before = lim.limit
