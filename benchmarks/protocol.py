@@ -22,11 +22,15 @@ from benchmarks.metrics import (
 from benchmarks.record import request_timeline
 
 THRESHOLDS = (0.90, 0.99)
-# Where this plugin's server decided a refusal, told by its answer's wording (first match): refusals at arrival are
-# to be answered within 50 ms, a request held while its first audio could still come in time is shed later.
-REFUSAL_SOURCES = (("API server, at arrival", "at this API server"),
+# Where this plugin's server decided a refusal and for what, told by its answer's wording (first match): refusals at
+# arrival are to be answered within 50 ms, a request held while its first audio could still come in time is shed
+# later; an in-progress limit cut by a burst and slow to grow back refuses what the server would serve on time
+# (2026-12-07_ed47d1f), the load's frames or a predicted first audio refuse for the load itself.
+REFUSAL_SOURCES = (("API server at arrival: its limit", "at this API server, the most"),
+                   ("API server at arrival: the engine's limit", "at this API server, as many as when the"),
                    ("engine core, held then shed", "could not start audio within"),
-                   ("engine core, at arrival", "server at capacity"))
+                   ("engine core at arrival: its limit", "requests in progress, the most it has lately kept"),
+                   ("engine core at arrival: the load", "server at capacity"))
 OTHER_REFUSAL = "other"
 GOODPUT_MULTIPLES = (1.5, 2.0)
 STABLE_POINTS = 1.0  # last third's attainment within this many points of the first third's

@@ -6,7 +6,8 @@ records of one server start, e.g. its sweep and its overload rates) is recompute
 (full or slimmed records): per rate, over its seeds, attainment pooled and per seed, p99 TTFA of admitted requests,
 goodput, shares refused (429/503) and failed, stalls, attainment in the first vs the last third of each window;
 capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed; refusals by where the server
-decided them (at the API server, at the engine core on arrival, or held then shed) with their answer times; admitted
+decided them and for what (at arrival by the API server's own limit or for the engine's, or by the engine core's
+limit or for the load; or held then shed) with their answer times; admitted
 requests whose first audio came late, with how they bunched in time (seconds with any, most in one second); the
 host's single-thread speed where the start's folder keeps it (`host.json`, `host_speed_of`). Writes
 DIR/protocol.md (tables to paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots,

@@ -205,36 +205,43 @@ def answered(request, message, after_s):
 
 def test_refusals_are_grouped_by_where_the_server_decided_them_with_their_answer_times(tmp_path):
     """Refusals at arrival are to be answered within 50 ms, a request held and then shed later: the report keeps
-    them apart by the answer's wording, and counts any other refusal as such."""
+    them apart by the answer's wording, and the limits' refusals apart from the load's, and counts any other refusal
+    as such."""
     record = synthetic_record([40.0], seeds=(0,), window_s=6.0, fate=lambda rate, seed, position: REJECT)
     requests = record["runs"][0]["requests"]
-    kinds = [("server at capacity: 140 requests in progress at this API server, the most ...", 0.002),
-             ("server at capacity: 150 requests in progress, the most it has lately kept ...", 0.090),
-             ("could not start audio within 200 ms under current load", 0.150),
-             ("overloaded", 0.010)]
-    record["runs"][0]["requests"] = [answered(r, *kinds[i % 4]) for i, r in enumerate(requests)]
+    kinds = [("server at capacity: 140 requests in progress at this API server, the most ...", 0.002,
+              "API server at arrival: its limit"),
+             ("server at capacity: 150 requests in progress at this API server, as many as when the engine ...",
+              0.003, "API server at arrival: the engine's limit"),
+             ("server at capacity: 150 requests in progress, the most it has lately kept ...", 0.090,
+              "engine core at arrival: its limit"),
+             ("server at capacity: first audio predicted 205 ms after arrival (target 200 ms)", 0.040,
+              "engine core at arrival: the load"),
+             ("could not start audio within 200 ms under current load", 0.150, "engine core, held then shed"),
+             ("overloaded", 0.010, "other")]
+    record["runs"][0]["requests"] = [answered(r, *kinds[i % len(kinds)][:2]) for i, r in enumerate(requests)]
     out = tmp_path / "report"
     assert main([write(tmp_path, "sweep", record), "--labels", "ours", "--out", str(out)]) == 0
     (rate,) = json.loads((out / "protocol.json").read_text())["entries"][0]["rates"]
     by_source = {r["source"]: r for r in rate["refusals_by_source"]}
-    assert list(by_source) == ["API server, at arrival", "engine core, held then shed", "engine core, at arrival",
-                               "other"]
+    assert list(by_source) == [source for source, _ in REFUSAL_SOURCES] + ["other"]
     assert sum(r["count"] for r in by_source.values()) == len(requests)
-    assert by_source["API server, at arrival"]["count"] == len(range(0, len(requests), 4))
-    for source, after_s in (("API server, at arrival", 0.002), ("engine core, at arrival", 0.090),
-                            ("engine core, held then shed", 0.150), ("other", 0.010)):
+    assert by_source["API server at arrival: its limit"]["count"] == len(range(0, len(requests), len(kinds)))
+    for _, after_s, source in kinds:
         assert by_source[source]["p50_s"] == pytest.approx(after_s, abs=1e-6)
         assert by_source[source]["p99_s"] == pytest.approx(after_s, abs=1e-6)
     text = (out / "protocol.md").read_text()
-    assert "| 40 | engine core, at arrival | " in text and "| 90 ms | 90 ms | 90 ms |" in text
+    assert "| 40 | engine core at arrival: its limit | " in text and "| 90 ms | 90 ms | 90 ms |" in text
 
 
 def test_the_refusal_sources_match_the_plugins_wording():
     """The words the report tells refusals apart by are those the plugin answers with."""
     root = Path(__file__).resolve().parents[2] / "vllm_voxserve"
-    sources = {"API server, at arrival": root / "entrypoints" / "edge_admission.py",
+    sources = {"API server at arrival: its limit": root / "entrypoints" / "edge_admission.py",
+               "API server at arrival: the engine's limit": root / "entrypoints" / "speech_service.py",
                "engine core, held then shed": root / "scheduler" / "overload.py",
-               "engine core, at arrival": root / "scheduler" / "overload.py"}
+               "engine core at arrival: its limit": root / "scheduler" / "overload.py",
+               "engine core at arrival: the load": root / "scheduler" / "overload.py"}
     for source, words in REFUSAL_SOURCES:
         assert words in sources[source].read_text(), (source, words)
 
