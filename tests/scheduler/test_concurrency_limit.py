@@ -167,8 +167,7 @@ def test_an_arrival_refused_for_the_limit_makes_a_clean_window_raise_it_though_n
         for _ in range(20):
             lim.first_audio(window_end - 0.4, 0.1)  # on time
         if refused:  # an arrival found 90 in progress between the looks, which find 80
-            assert not lim.admits(90)
-            lim.refused()
+            assert lim.refuses(90)
         lim.observe(window_end, 80)
         assert lim.limit == (90 * 1.05 if refused else 90)
 

@@ -94,8 +94,7 @@ class EdgeGuard:
         if limit is not None:
             self._look(now)
             busy = len(self.tickets)
-            if not limit.admits(busy):
-                limit.refused()
+            if limit.refuses(busy):
                 return EdgeRefusal(f"server at capacity: {busy} requests in progress at this API server, the most "
                                    f"it has lately kept within the first-audio target is {limit.limit:.0f}",
                                    self.retry_after_s)

@@ -115,13 +115,15 @@ class ConcurrencyLimit:
     def admits(self, in_progress: int) -> bool:
         return in_progress < self.limit
 
-    def refused(self) -> None:
-        """An arrival was refused for this limit: it bound in this window whatever the looks saw. A guard looks at
-        most every refresh while arrivals come every few ms, and the arrivals an API server refuses for the engine's
-        limit keep the engine's count below it at its looks: on 2026-12-07_ed47d1f the engine's limit, cut once at
-        104 req/s, stayed at 184 for two 30 s windows at 112 while 89 arrivals were refused for it and no first audio
-        came late."""
-        self._bound = True
+    def refuses(self, in_progress: int) -> bool:
+        """Whether an arrival at `in_progress` is refused; a refusal is the limit binding in this window, whatever the
+        looks saw. A guard looks at most every refresh while arrivals come every few ms, and the arrivals an API server
+        refuses for the engine's limit keep the engine's count below it at its looks: on 2026-12-07_ed47d1f the engine's
+        limit, cut once at 104 req/s, stayed at 184 for two 30 s windows at 112 while 89 arrivals were refused for it
+        and no first audio came late."""
+        refused = not self.admits(in_progress)
+        self._bound = self._bound or refused
+        return refused
 
     def counts(self, arrival_time: float) -> bool:
         """Whether what happens to a request that arrived at `arrival_time` is evidence: it came after the last cut."""

@@ -217,8 +217,7 @@ class OverloadGuard:
         busy = in_progress(streams, waiting) if self.limit is not None or growth else 0
         if growth:
             self._note_load(now, busy)
-        if self.limit is not None and not self.limit.admits(busy):
-            self.limit.refused()
+        if self.limit is not None and self.limit.refuses(busy):
             self.decisions[REFUSED_LIMIT] += 1
             reason = (f"server at capacity: {busy} requests in progress, the most it has lately kept within the "
                       f"first-audio target is {self.limit.limit:.0f}")
