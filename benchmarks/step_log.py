@@ -68,6 +68,7 @@ def parse_line(text: str) -> dict | None:
         if lane:
             row[f"{lane['lane']}_busy"] = int(lane["busy"]) / 100
             row[f"{lane['lane']}_batch"] = float(lane["mean"])
+            row[f"{lane['lane']}_batches"] = int(lane["n"])
             if lane["rows"]:  # the rows it ran at: the mean batch padded up to the executables' batch sizes
                 row[f"{lane['lane']}_rows"] = float(lane["rows"])
             continue

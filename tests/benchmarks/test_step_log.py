@@ -44,6 +44,7 @@ def test_a_logged_window_round_trips_into_a_row():
     # 23 ms of lane work over 30 ms of step intervals (the first step has no interval)
     assert row["urgent_busy"] == 0.1 and row["background_busy"] == 0.67 and row["background_batch"] == 13.0
     assert row["background_rows"] == 16.0 and "urgent_rows" not in row  # the rows it ran at, where logged
+    assert row["urgent_batches"] == 1 and row["background_batches"] == 1
     assert row["open audio streams"]["max"] == 13.0 and row["chunks waiting for a lane"]["max"] == 3.0
     assert row["first chunk ms after prefill"] == {"p50": 42.0, "p99": 43.0, "max": 43.0}
     assert row["first audio ms after cut"]["p50"] == 2.5
