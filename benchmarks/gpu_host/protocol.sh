@@ -20,8 +20,9 @@
 #     sweep    start the open-loop sweep in the background: LibriTTS at 5.2 frames a word, seeds 0,1,2 of WINDOW_S
 #              (30) seconds per rate, rates from START_RATE in steps of RATE_STEP (8) req/s until BEYOND (2) rates
 #              past the first whose attainment is below FAILURE (0.99); SWEEP_ARGS adds options (--max-words 12)
-#     overload start a sweep at the explicit RATES (one seed) in the background: goodput past capacity; run it after
-#              the sweep, as the in-progress limit it lowers takes seconds to grow back (2026-12-04_904736d)
+#     overload start a sweep at RATES (one seed) in the background: goodput past capacity; run it after the sweep, as
+#              the in-progress limit it lowers takes seconds to grow back (2026-12-04_904736d). Without RATES: 1.5 and
+#              2 times the finished sweep's capacity at 99 % (its record under WORK), the rates the report reads
 #     wait     wait for the background sweep until CALL_S (560) seconds after CALL_STARTED (`date +%s` at the start
 #              of the limited command, where several runs of this script share one; default: this script's start),
 #              then copy its record, its log and the step log (a sweep three rates in still had its record cut 15 s
@@ -52,6 +53,19 @@ start_sweep() {  # name, arguments: the sweep under setsid, so that it survives 
   setsid python3 -u -m benchmarks sweep --base-url "$url" --model qwen3-tts --fixed-length --no-progress \
     --stop-fraction 0 --out "$work/$1" "${@:2}" > "$work/$1.txt" 2>&1 &
   echo $! > "$work/$1.pid"
+}
+
+overload_rates() {  # 1.5 and 2 times the 99 % capacity in a finished sweep's record, comma-separated
+  python3 - "$1" <<'PY'
+import json, sys
+try:
+    capacity = json.load(open(sys.argv[1]))["capacity"]["0.99"]
+except (OSError, ValueError, KeyError) as error:
+    sys.exit(f"overload: no finished sweep's capacity in {sys.argv[1]} ({error!r}): set RATES")
+if capacity <= 0:
+    sys.exit("overload: the sweep held no rate at 99 %: set RATES")
+print(",".join(f"{m * capacity:g}" for m in (1.5, 2)))
+PY
 }
 
 switch_mode() {  # the running server to MODE (voxserve: our default, `lanes`); a refused switch ends the script, so
@@ -119,7 +133,12 @@ for stage in ${STAGES:-serve sweep wait}; do
       --rate-step "${RATE_STEP:-8}" --max-rate 400 --beyond-failure "${BEYOND:-2}" \
       --failure-threshold "${FAILURE:-0.99}" ${SWEEP_ARGS:-} ;;
   overload)
-    start_sweep "overload_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATES:?}" ${SWEEP_ARGS:-} ;;
+    if [ -z "${RATES:-}" ] && [ -e "$work/sweep_$label.pid" ] && kill -0 "$(cat "$work/sweep_$label.pid")" 2> /dev/null; then
+      echo "overload: sweep_$label is still running: wait for it, or set RATES" >&2; exit 1
+    fi
+    rates=${RATES:-$(overload_rates "$work/sweep_$label/record.json")} || exit 1
+    echo "overload rates: $rates req/s"
+    start_sweep "overload_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "$rates" ${SWEEP_ARGS:-} ;;
   profile)
     profile ;;
   concurrency)

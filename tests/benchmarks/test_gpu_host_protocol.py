@@ -1,6 +1,8 @@
 """The measurement protocol (benchmarks/gpu_host/protocol.sh): its mode switch against the fake speech server (a
-refused switch stops the script before any sweep runs under the wrong mode's label), and its wait's deadline."""
+refused switch stops the script before any sweep runs under the wrong mode's label), its wait's deadline and the
+overload stage's rates."""
 
+import json
 import os
 import subprocess
 import time
@@ -54,5 +56,55 @@ def test_a_wait_counts_call_s_from_the_commands_start_where_one_is_given(tmp_pat
         done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_host" / "protocol.sh")], cwd=ROOT,
                               capture_output=True, text=True, env=env, timeout=90)
         assert "sweep_x: still running" in done.stdout
+    finally:
+        sweep.kill()
+
+
+def overload(tmp_path: Path, record: dict | None, extra: dict | None = None) -> subprocess.CompletedProcess:
+    work = tmp_path / "work"
+    (work / "sweep_x").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "out").mkdir(exist_ok=True)
+    if record is not None:
+        (work / "sweep_x" / "record.json").write_text(json.dumps(record))
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(work), "LABEL": "x", "STAGES": "overload",
+           "PORT": "9", **(extra or {})}
+    if "RATES" not in (extra or {}):
+        env.pop("RATES", None)
+    try:
+        return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_host" / "protocol.sh")], cwd=ROOT,
+                              capture_output=True, text=True, env=env, timeout=60)
+    finally:  # the overload sweep it started in the background (against no server: it ends on its own)
+        pid = work / "overload_x.pid"
+        if pid.exists():
+            subprocess.run(["kill", pid.read_text().strip()], capture_output=True)
+
+
+def test_the_overload_rates_are_1_5_and_2_times_the_finished_sweeps_99_percent_capacity(tmp_path):
+    done = overload(tmp_path, {"capacity": {"0.90": 120.0, "0.99": 112.0}})
+    assert done.returncode == 0, done.stderr
+    assert "overload rates: 168,224 req/s" in done.stdout
+    assert (tmp_path / "work" / "overload_x.pid").exists()
+
+
+def test_explicit_overload_rates_win(tmp_path):
+    done = overload(tmp_path, {"capacity": {"0.99": 112.0}}, {"RATES": "144,192"})
+    assert "overload rates: 144,192 req/s" in done.stdout
+
+
+def test_an_overload_without_a_sweeps_capacity_asks_for_rates_and_starts_nothing(tmp_path):
+    for record in (None, {"capacity": {"0.99": 0.0}}):
+        done = overload(tmp_path, record)
+        assert done.returncode == 1 and "set RATES" in done.stderr
+        assert not (tmp_path / "work" / "overload_x.pid").exists()
+
+
+def test_an_overload_waits_for_the_sweep_to_finish(tmp_path):
+    sweep = subprocess.Popen(["sleep", "300"])
+    try:
+        (tmp_path / "work").mkdir()
+        (tmp_path / "work" / "sweep_x.pid").write_text(str(sweep.pid))
+        done = overload(tmp_path, {"capacity": {"0.99": 96.0}})
+        assert done.returncode == 1 and "sweep_x is still running" in done.stderr
+        assert not (tmp_path / "work" / "overload_x.pid").exists()
     finally:
         sweep.kill()
