@@ -4,11 +4,11 @@
 The record gives the workload's frames a request (its mean over every request) and when each seed of rate R ran; the
 step log's lines (`benchmarks.step_log`) that ended inside those windows, at least one line's length after a window's
 start so that no idle gap between windows counts, give what the server did at R: the backbone's frames a second
-delivered and the scheduler's capacity model for the backbone and the codec (its estimates from measured step and
-batch times), each codec lane's busy share, batch and chunks a second (batches x mean batch over the seconds between
-the lane's log lines), the chunks left waiting for a lane, the host time of a step and the worker process's main thread's share of a CPU.
-Each figure is the lines' p50 with their range; the table then sets the frames a second that T needs beside the
-model's estimates. The log's times of day are compared with the record's in UTC: the server must log in UTC.
+delivered and the scheduler's capacity model for the backbone and the codec (its estimates from measured step and batch
+times), each codec lane's busy share, batch and chunks a second (batches x mean batch over the seconds between the
+lane's log lines), the chunks left waiting for a lane, the host time of a step and the worker process's main thread's
+share of a CPU. Each figure is the lines' p50 with their range; the table then sets the frames a second that T needs
+beside the model's estimates. The log's times of day are compared with the record's in UTC: the server must log in UTC.
 """
 
 from __future__ import annotations
@@ -105,7 +105,8 @@ def headroom(rows: Sequence[dict], record: dict[str, Any], rate: float, target: 
         "lanes": {lane: {"busy": _spread([row.get(f"{lane}_busy") for row in worker]),
                          "batch": _spread([row.get(f"{lane}_batch") for row in worker]),
                          "rows": _spread([row.get(f"{lane}_rows") for row in worker]),
-                         "chunks_per_s": _spread(lane_chunks_per_s(every_worker_line, worker, lane))} for lane in ("urgent", "background")},
+                         "chunks_per_s": _spread(lane_chunks_per_s(every_worker_line, worker, lane))}
+                  for lane in ("urgent", "background")},
         "chunks_waiting": _spread([row["chunks waiting for a lane"]["max"] for row in worker
                                    if isinstance(row.get("chunks waiting for a lane"), dict)]),
         "worker_host_ms": _spread(_p50s(worker, "total")),

@@ -133,7 +133,8 @@ for stage in ${STAGES:-serve sweep wait}; do
       --rate-step "${RATE_STEP:-8}" --max-rate 400 --beyond-failure "${BEYOND:-2}" \
       --failure-threshold "${FAILURE:-0.99}" ${SWEEP_ARGS:-} ;;
   overload)
-    if [ -z "${RATES:-}" ] && [ -e "$work/sweep_$label.pid" ] && kill -0 "$(cat "$work/sweep_$label.pid")" 2> /dev/null; then
+    pid_file=$work/sweep_$label.pid
+    if [ -z "${RATES:-}" ] && [ -e "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2> /dev/null; then
       echo "overload: sweep_$label is still running: wait for it, or set RATES" >&2; exit 1
     fi
     rates=${RATES:-$(overload_rates "$work/sweep_$label/record.json")} || exit 1
