@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -103,25 +104,27 @@ def test_the_report_sets_what_the_target_needs_beside_the_models_estimates():
     assert "2,250 (2,000-2,500)" in backbone
 
 
+def files(tmp_path: Path, log_lines: list[str]) -> tuple[str, str]:
+    """The server's log and the sweep's record as the command reads them."""
+    log, record_file = tmp_path / "serve.log", tmp_path / "record.json"
+    log.write_text("\n".join(log_lines) + "\n")
+    record_file.write_text(json.dumps(start(RECORD)))
+    return str(log), str(record_file)
+
+
 def test_a_rate_the_record_lacks_is_refused_by_name(tmp_path, capsys):
-    log = tmp_path / "serve.log"
-    log.write_text("\n".join(LOG) + "\n")
     with pytest.raises(ValueError, match=r"no run at 12 req/s \(it has 8, 16\)"):
         headroom(rows(), start(RECORD), rate=12.0, target=20.0)
-    record_file = tmp_path / "record.json"
-    record_file.write_text(json.dumps(start(RECORD)))
+    log, record_file = files(tmp_path, LOG)
     with pytest.raises(SystemExit) as stop:
-        main([str(log), str(record_file), "--rate", "12", "--target", "20"])
+        main([log, record_file, "--rate", "12", "--target", "20"])
     assert stop.value.code == 2 and "no run at 12 req/s" in capsys.readouterr().err
-    assert main([str(log), str(record_file), "--rate", "8", "--target", "10"]) == 0
+    assert main([log, record_file, "--rate", "8", "--target", "10"]) == 0
     assert "6 worker and 6 scheduler lines inside the windows of 8 req/s" in capsys.readouterr().out
 
 
 def test_a_log_of_another_start_is_refused(tmp_path, capsys):
-    log = tmp_path / "serve.log"
-    log.write_text(worker_line("09:00:00", 30, 5, 40) + "\n")
-    record_file = tmp_path / "record.json"
-    record_file.write_text(json.dumps(start(RECORD)))
+    log, record_file = files(tmp_path, [worker_line("09:00:00", 30, 5, 40)])
     with pytest.raises(SystemExit):
-        main([str(log), str(record_file), "--rate", "8", "--target", "10"])
+        main([log, record_file, "--rate", "8", "--target", "10"])
     assert "no step-log line ended inside the windows of 8 req/s" in capsys.readouterr().err
