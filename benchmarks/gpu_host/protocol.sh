@@ -38,7 +38,7 @@
 #              same start as ours when a second start does not fit; its first audio then follows ours' load). Needs
 #              device memory for the inline codec beside the lanes: an H100 at the defaults has none (the switch is
 #              refused and the script stops); there, start the server in the mode instead (MODE=vllm-stock serve)
-#     stop     stop the server
+#     stop     stop the server and wait until it is gone (STOP_S, 120 s, then killed)
 # Results under $OUT: host_LABEL.json, compile_cache.bin.xz, record_NAME.json.xz (every request and chunk), NAME.txt,
 # step_log_LABEL.txt, serve_LABEL.log.xz
 # (the server's log without its access lines: the step log's every gauge), stacks_LABEL.tar.xz (profile).
@@ -163,7 +163,15 @@ for stage in ${STAGES:-serve sweep wait}; do
     done ;;
   wait)
     for name in sweep_$label overload_$label profile_$label; do [ -e "$work/$name.pid" ] && wait_sweep "$name"; done ;;
-  stop)
-    pkill -f "vllm.entrypoints.cli.main serve" || true; sleep 5 ;;
+  stop)  # until the server's processes are gone: the next `serve` would reuse one still answering
+    pkill -f "vllm.entrypoints.cli.main serve" || true
+    for _ in $(seq "${STOP_S:-120}"); do
+      pgrep -f "vllm.entrypoints.cli.main serve" > /dev/null || curl -sf "$url/health" > /dev/null || break
+      sleep 1
+    done
+    if pgrep -f "vllm.entrypoints.cli.main serve" > /dev/null || curl -sf "$url/health" > /dev/null; then
+      pkill -9 -f "vllm.entrypoints.cli.main serve"; sleep 5
+      curl -sf "$url/health" > /dev/null && { echo "protocol.sh: a server still answers on $url" >&2; exit 1; }
+    fi ;;
   esac
 done

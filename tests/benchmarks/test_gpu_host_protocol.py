@@ -4,7 +4,9 @@ overload stage's rates."""
 
 import json
 import os
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -108,3 +110,33 @@ def test_an_overload_waits_for_the_sweep_to_finish(tmp_path):
         assert not (tmp_path / "work" / "overload_x.pid").exists()
     finally:
         sweep.kill()
+
+
+def stop(tmp_path: Path, port: int) -> subprocess.CompletedProcess:
+    (tmp_path / "out").mkdir(exist_ok=True)
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"), "STAGES": "stop",
+           "PORT": str(port), "STOP_S": "1"}
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_host" / "protocol.sh")], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_stop_returns_once_nothing_answers_and_fails_while_a_server_still_does(tmp_path):
+    """The next `serve` reuses a server that still answers /health, so a stop that left one must say so."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert stop(tmp_path, port).returncode == 0
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "health").write_text("ok")  # GET /health answers 200
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(served)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}/health"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        done = stop(tmp_path, port)
+        assert done.returncode == 1 and "a server still answers" in done.stderr
+    finally:
+        server.kill()
