@@ -14,8 +14,8 @@ table: its host time, admitted streams, admission's capacity estimates and deman
 reach the engine (p50/p99 ms: the part of T spent before admission judged them) and to the step that scheduled their
 prompt (p50/p99/max ms: the wait for a prefill besides), and its decisions by reason; the API server's cuts of its
 in-progress limit (`edge_admission`), one row each, with what made them; and the API server's load (`server_load`: its
-event loop's lag, its threads' CPU and the first audios it handed on, p50/p99/max ms from the route's entry). Each
-step-time line's longest step keeps its own parts in the raw log ("of it ...").
+event loop's lag, its threads' CPU, its garbage collections and the first audios it handed on, p50/p99/max ms from
+the route's entry). Each step-time line's longest step keeps its own parts in the raw log ("of it ...").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Layers, lowest first; a module may import its own layer and the layers its rule 
     contract      what crosses a process boundary (request keys, step report, rejections, RPC names, audio rate)
     policy        scheduler/ (but its adapter): the pure scheduling policy, run on a simulated clock in tests
     shared        config, serving defaults, the audio channel, step logs, engine speech counters, fault injection,
-                  threads' CPU shares
+                  threads' CPU shares, garbage collections' pauses
     models        models/: the speech models, torch only
     codec_lanes   codec_lanes/: the codec's SM partitions and lanes, built on the models' codec programs
     adapters      the vLLM side, one folder per process role:
@@ -31,7 +31,7 @@ LAYERS = [
     ("engine_core", ["scheduler.adapter", "scheduler.text_adapter"]),
     ("policy", ["scheduler"]),
     ("shared", ["config", "serving_defaults", "transport", "step_host_times", "speech_stats", "fault_injection",
-                "thread_cpu"]),
+                "thread_cpu", "gc_pauses"]),
     ("models", ["models"]),
     ("codec_lanes", ["codec_lanes"]),
     ("worker", ["worker"]),

@@ -1,4 +1,5 @@
-"""The API server's own load, one log line every `window_s`: how late its event loop wakes, and its threads' CPU.
+"""The API server's own load, one log line every `window_s`: how late its event loop wakes, its threads' CPU and
+this process's garbage collections (a collection stops the loop).
 
 Every response's audio passes through this process's one event loop: past capacity, the client's first audio came
 hundreds of milliseconds after the engine had sent it (2026-12-04_b7fcaeb at 144 req/s: the worker's part p99 under
@@ -15,18 +16,22 @@ import logging
 import time
 from collections.abc import Callable
 
+from vllm_voxserve.gc_pauses import GcPauses, process_gc_pauses
 from vllm_voxserve.thread_cpu import ThreadCpu
 
 logger = logging.getLogger(__name__)
 
 
 class ServerLoad:
-    """Lags of the loop's short sleeps, reported with the threads' CPU shares once a window has passed."""
+    """Lags of the loop's short sleeps, reported with the threads' CPU shares and the window's collections once a
+    window has passed."""
 
     def __init__(self, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
-                 threads: ThreadCpu | None = None, first_audio_s: Callable[[], list[float]] | None = None) -> None:
+                 threads: ThreadCpu | None = None, first_audio_s: Callable[[], list[float]] | None = None,
+                 gc_pauses: GcPauses | None = None) -> None:
         self.window_s, self.clock, self.first_audio_s = window_s, clock, first_audio_s
         self.threads = threads if threads is not None else ThreadCpu()
+        self.gc_pauses = gc_pauses if gc_pauses is not None else process_gc_pauses()
         self._lags: list[float] = []
         self._since = clock()
 
@@ -38,7 +43,8 @@ class ServerLoad:
         lags, self._lags, self._since = sorted(self._lags), [], self.clock()
         threads = self.threads.report()
         line = (f"event loop lag ms {_spread(lags)} over {len(lags)} ticks; "
-                f"threads, share of a CPU: {threads if threads is not None else 'unknown'}")
+                f"threads, share of a CPU: {threads if threads is not None else 'unknown'}; "
+                f"gc collections: {self.gc_pauses.report()}")
         first = sorted(self.first_audio_s()) if self.first_audio_s is not None else []
         if first:
             line += f"; first audio handed on ms {_spread(first)} over {len(first)} requests"

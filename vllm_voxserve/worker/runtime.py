@@ -33,7 +33,7 @@ from vllm_voxserve.speech_stats import EngineSpeechStats
 from vllm_voxserve.step_host_times import StepHostTimes
 from vllm_voxserve.transport import AudioSender
 from vllm_voxserve.worker.audio_pipeline import AudioPipeline
-from vllm_voxserve.worker.gc_pauses import process_gc_pauses
+from vllm_voxserve.gc_pauses import process_gc_pauses
 from vllm_voxserve.worker.step_timing import DeviceStepTimer
 from vllm_voxserve.thread_cpu import MachineCpu, ThreadCpu, thread_preemptions
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from vllm_voxserve.worker.gc_pauses import GcPauses, process_gc_pauses
+from vllm_voxserve.gc_pauses import GcPauses, process_gc_pauses
 
 
 def test_collections_are_counted_and_timed_by_generation():

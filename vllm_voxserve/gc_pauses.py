@@ -1,8 +1,10 @@
 """Python's garbage collections in this process between two reports: how many per generation, and how long.
 
-A collection stops every thread of the process, the step loop included; an old-generation one can take milliseconds.
-The lanes' harvest, where a step allocates the most objects (a tensor and a record per finished chunk), had a 7-17 ms
-p99 in run 2026-12-01_21d5739 on the H200 with nothing slow in its code: this says whether collections land there.
+A collection stops every thread of the process, the engine's step loop or the API server's event loop included; an
+old-generation one can take milliseconds. The lanes' harvest, where a step allocates the most objects (a tensor and a
+record per finished chunk), had a 7-17 ms p99 in run 2026-12-01_21d5739 on the H200 with nothing slow in its code; the
+API server's event loop lagged up to 50 ms in one second of 2026-12-07_bfa5679's second start: the engine's step log
+and the API server's load line each say whether collections land there.
 """
 
 from __future__ import annotations
