@@ -11,7 +11,8 @@
 #   STOCK_START_RATE stock's first rate (default: a quarter of START_RATE, on the rate step's grid, at least one step)
 #   STARTS           how many starts of our defaults (default 2)
 #   PROTOCOL         the one-start script (default: protocol.sh beside this one); its other settings (PORT, WORK,
-#                    WINDOW_S, RATE_STEP, SWEEP_ARGS, ...) pass through
+#                    WINDOW_S, RATE_STEP, SWEEP_ARGS, ...) pass through: SWEEP_ARGS="--max-words 12" measures the
+#                    short-utterance workload (LibriTTS texts of at most 12 words) the same way
 #   PYTHON           the interpreter for the records and the report (default python3)
 # Each start ends with the server stopped; a start whose server does not come up stops the day there.
 set -uo pipefail
