@@ -8,7 +8,8 @@
 #      plots where matplotlib is installed; otherwise rerun the printed command elsewhere for them).
 #   OUT              where each start's folder (start1, start2, ..., stock) and the report go (required)
 #   START_RATE       our sweeps' first rate, about half the expected capacity (required)
-#   STOCK_START_RATE stock's first rate (default: a quarter of START_RATE, on the rate step's grid, at least one step)
+#   STOCK_START_RATE stock's first rate (default: 2/5 of START_RATE to the nearest rate step, at least one step: stock
+#                    has served 2.2-3 times less, so about half its capacity again)
 #   STARTS           how many starts of our defaults (default 2)
 #   PROTOCOL         the one-start script (default: protocol.sh beside this one); its other settings (PORT, WORK,
 #                    WINDOW_S, RATE_STEP, SWEEP_ARGS, ...) pass through: SWEEP_ARGS="--max-words 12" measures the
@@ -19,7 +20,7 @@ set -uo pipefail
 out=${OUT:?set OUT}; start_rate=${START_RATE:?set START_RATE}; starts=${STARTS:-2}; step=${RATE_STEP:-8}
 python=${PYTHON:-python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd); protocol=${PROTOCOL:-$here/protocol.sh}
-stock_rate=${STOCK_START_RATE:-$(( start_rate / 4 / step * step ))}
+stock_rate=${STOCK_START_RATE:-$(( (start_rate * 2 / 5 + step / 2) / step * step ))}
 [ "$stock_rate" -ge "$step" ] || stock_rate=$step
 mkdir -p "$out"
 

@@ -40,7 +40,8 @@ def test_two_starts_and_stock_in_one_command_then_one_report(tmp_path):
                                                               fate=lambda rate, seed, position: LATE))
     xz_record(records / "overload.json", synthetic_record([96.0], seeds=(0,), window_s=4.0,
                                                         fate=lambda rate, seed, position: LATE))
-    xz_record(records / "sweep_stock.json", synthetic_record([8.0, 16.0], window_s=4.0, fate=on_time, server="stock"))
+    xz_record(records / "sweep_stock.json", synthetic_record([24.0, 32.0], window_s=4.0, fate=on_time,
+                                                           server="stock"))
     for name in ("sweep_start1", "sweep_start2", "overload", "sweep_stock"):
         (records / f"{name}.json").rename(records / f"{name}.json.xz")
     fake = tmp_path / "protocol.sh"
@@ -54,7 +55,7 @@ def test_two_starts_and_stock_in_one_command_then_one_report(tmp_path):
     assert calls.read_text().splitlines() == [
         "start1 voxserve 56 serve sweep wait", "start1 voxserve 56 overload wait", "stop",
         "start2 voxserve 56 serve sweep wait", "start2 voxserve 56 overload wait", "stop",
-        "stock vllm-stock 8 serve sweep wait", "stop"]  # stock from a quarter of our first rate, on the grid
+        "stock vllm-stock 24 serve sweep wait", "stop"]  # stock from 2/5 of our first rate, on the grid
     assert "start2: no overload stage" in done.stdout
     assert sorted(p.name for p in (out / "start1").iterdir()) == [
         "overload", "record_overload_start1.json.xz", "record_sweep_start1.json.xz", "sweep"]
@@ -62,7 +63,7 @@ def test_two_starts_and_stock_in_one_command_then_one_report(tmp_path):
     assert [e["label"] for e in entries] == ["start1", "start2", "vllm-stock"]
     assert [r["rate"] for r in entries[0]["rates"]] == [56, 64, 96]  # the overload's rate joined to start1's sweep
     assert [r["rate"] for r in entries[1]["rates"]] == [56]
-    assert entries[0]["capacity"]["0.99"]["rate"] == 64 and entries[2]["capacity"]["0.99"]["rate"] == 16
+    assert entries[0]["capacity"]["0.99"]["rate"] == 64 and entries[2]["capacity"]["0.99"]["rate"] == 32
 
 
 def test_a_start_whose_server_does_not_come_up_stops_the_day_with_the_server_stopped(tmp_path):
