@@ -109,6 +109,19 @@ class Capacity:
         return f"≥ {self.rate:g}" if self.lower_bound else f"{self.rate:g}"
 
 
+def held_on_every_start(capacities: Sequence[Capacity]) -> Capacity:
+    """The capacity every one of several starts of the same served code held (the protocol's reproduced figure): the
+    lowest; exact where a start with that rate missed just above it, a lower bound where each such start ran out of
+    probed rates; under the lowest probed rate of a start that missed already there."""
+    if not capacities:
+        raise ValueError("no start to combine")
+    belows = [c.below for c in capacities if c.below is not None]
+    if belows:
+        return Capacity(rate=0.0, lower_bound=False, below=min(belows))
+    rate = min(c.rate for c in capacities)
+    return Capacity(rate=rate, lower_bound=all(c.lower_bound for c in capacities if c.rate == rate))
+
+
 @dataclass(frozen=True, slots=True)
 class GoodputAt:
     multiple: float

@@ -1,5 +1,6 @@
 """The measurement protocol's report from sweep records: `python -m benchmarks.protocol_report RECORD
-[RECORD ...] [--labels LABEL ...] [--baseline LABEL] --out DIR`, RECORD a results folder or a record file.
+[RECORD ...] [--labels LABEL ...] [--baseline LABEL] [--starts LABEL ...] --out DIR`, RECORD a results folder or
+a record file.
 
 Each record (one server start; a record of several modes gives one entry per mode; RECORD+RECORD joins the runs of
 records of one server start, e.g. its sweep and its overload rates) is recomputed from its requests
@@ -9,7 +10,8 @@ capacity at 90 % and 99 %; goodput at 1.5x and 2x the 99 % capacity where probed
 decided them and for what (at arrival by the API server's own limit or for the engine's, or by the engine core's
 limit or for the load; or held then shed) with their answer times; admitted
 requests whose first audio came late, with how they bunched in time (seconds with any, most in one second); the
-host's single-thread speed where the start's folder keeps it (`host.json`, `host_speed_of`). Writes
+host's single-thread speed where the start's folder keeps it (`host.json`, `host_speed_of`); with `--starts`, what
+every named start of one served code held (the protocol's figure reproduced on a second start). Writes
 DIR/protocol.md (tables to paste in a results README), DIR/protocol.json and attainment / p99 TTFA / goodput plots,
 one line per entry. A closed-loop record (`python -m benchmarks concurrency`) adds a table of TTFA per number of
 requests in flight.
@@ -18,6 +20,7 @@ requests in flight.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -25,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.metrics import SloSpec, attainment_percent
-from benchmarks.protocol import CLIENT_PAUSE_S, ProtocolSummary, RateRow, summarize_protocol
+from benchmarks.protocol import (
+    CLIENT_PAUSE_S, Capacity, ProtocolSummary, RateRow, held_on_every_start, summarize_protocol,
+)
 from benchmarks.record import read_record
 
 
@@ -129,14 +134,28 @@ def _stability_cell(summary: ProtocolSummary) -> str:
 
 
 def _ratio_cell(summary: ProtocolSummary, baseline: ProtocolSummary | None) -> list[str]:
-    if baseline is None:
-        return []
-    ours, theirs = summary.capacity["0.99"], baseline.capacity["0.99"].rate
+    return [] if baseline is None else [_ratio(summary.capacity["0.99"], baseline)]
+
+
+def _ratio(ours: Capacity, baseline: ProtocolSummary) -> str:
+    theirs = baseline.capacity["0.99"].rate
     if theirs <= 0:
-        return ["n/a"]
+        return "n/a"
     if ours.below is not None:
-        return [f"< {ours.below / theirs:.1f}×"]
-    return [f"{ours.rate / theirs:.1f}×"]
+        return f"< {ours.below / theirs:.1f}×"
+    return f"{ours.rate / theirs:.1f}×"
+
+
+def starts_held(summaries: list[ProtocolSummary], starts: list[str]) -> dict[str, Capacity]:
+    """What every entry named in `starts` (starts of one served code) held, per threshold."""
+    chosen = [s for s in summaries if s.label in starts]
+    return {threshold: held_on_every_start([s.capacity[threshold] for s in chosen]) for threshold in ("0.90", "0.99")}
+
+
+def starts_line(held: dict[str, Capacity], starts: list[str], baseline: ProtocolSummary | None) -> list[str]:
+    ratio = f" ({_ratio(held['0.99'], baseline)} {baseline.label} at 99 %)" if baseline is not None else ""
+    return ["", f"Held on every start of {', '.join(starts)}: {held['0.90'].text()} req/s at 90 %, "
+            f"{held['0.99'].text()} req/s at 99 %{ratio}."]
 
 
 def capacity_table(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None) -> list[str]:
@@ -230,8 +249,8 @@ def concurrency_table(closed: list[Entry]) -> list[str]:
 
 
 def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None,
-             closed: list[Entry]) -> str:
-    parts = [rates_markdown(summaries, entries, baseline)] if entries else []
+             closed: list[Entry], starts: list[str] | None = None) -> str:
+    parts = [rates_markdown(summaries, entries, baseline, starts)] if entries else []
     if closed:
         parts.append(["TTFA with a fixed number of requests in flight (closed loop: each request's end sends the "
                       "next; RTF: time from sending to the stream's end over the audio's length; met the SLO: TTFA "
@@ -240,19 +259,27 @@ def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: s
     return "\n\n".join("\n".join(part) for part in parts) + "\n"
 
 
-def rates_markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None) -> list[str]:
+def rates_markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None,
+                   starts: list[str] | None = None) -> list[str]:
     slo = entries[0].slo
     lines = [f"SLO: TTFA ≤ {slo.ttfa_target_s * 1000:g} ms and no stall (≥ {slo.stall_threshold_s * 1000:g} ms of "
              f"playback pause); refused and failed requests are misses. Capacity: the highest rate whose attainment, "
              f"and every lower probed rate's, meets the threshold (≥: the highest probed rate still met it).", ""]
     lines += capacity_table(summaries, entries, baseline)
+    if starts:
+        reference = next((s for s in summaries if s.label == baseline), None)
+        lines += starts_line(starts_held(summaries, starts), starts, reference)
     for summary, entry in zip(summaries, entries):
         lines += [""] + rate_table(summary, entry)
     return lines
 
 
-def report_json(summaries: list[ProtocolSummary], entries: list[Entry], closed: list[Entry]) -> dict[str, Any]:
-    return {"concurrency": [{"label": entry.label, "source": entry.source, "server": entry.record.get("server"),
+def report_json(summaries: list[ProtocolSummary], entries: list[Entry], closed: list[Entry],
+                starts: list[str] | None = None) -> dict[str, Any]:
+    held = None if not starts else {
+        "labels": starts, "capacity": {t: dataclasses.asdict(c) for t, c in starts_held(summaries, starts).items()}}
+    return {"held_on_every_start": held,
+            "concurrency": [{"label": entry.label, "source": entry.source, "server": entry.record.get("server"),
                              "commit": entry.record.get("commit"), "command": entry.record.get("command"),
                              "levels": entry.record.get("levels", [])} for entry in closed],
             "entries": [{**summary.to_json(), "source": entry.source, "mode": entry.mode,
@@ -287,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("records", nargs="+", metavar="RECORD", help="results folder or record file; A+B joins two")
     parser.add_argument("--labels", nargs="+", help="one name per RECORD (a record of modes: LABEL MODE)")
     parser.add_argument("--baseline", help="an entry's label: every 99 %% capacity is also given as a multiple of it")
+    parser.add_argument("--starts", nargs="+", metavar="LABEL",
+                        help="entries that are starts of one served code: adds what every one of them held")
     parser.add_argument("--out", required=True, help="output folder")
     return parser
 
@@ -294,14 +323,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     entries, closed = load_entries(args.records, args.labels)
-    if args.baseline and args.baseline not in [entry.label for entry in entries]:
-        raise SystemExit(f"--baseline {args.baseline!r} names no entry; entries: {[e.label for e in entries]}")
+    labels = [entry.label for entry in entries]
+    if args.baseline and args.baseline not in labels:
+        raise SystemExit(f"--baseline {args.baseline!r} names no entry; entries: {labels}")
+    unknown = [label for label in args.starts or [] if label not in labels]
+    if unknown:
+        raise SystemExit(f"--starts {unknown} name no entry; entries: {labels}")
     summaries = [_summarize(entry) for entry in entries]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "protocol.md").write_text(markdown(summaries, entries, args.baseline, closed), encoding="utf-8")
-    (out / "protocol.json").write_text(json.dumps(report_json(summaries, entries, closed), indent=1) + "\n",
-                                       encoding="utf-8")
+    (out / "protocol.md").write_text(markdown(summaries, entries, args.baseline, closed, args.starts),
+                                     encoding="utf-8")
+    (out / "protocol.json").write_text(json.dumps(report_json(summaries, entries, closed, args.starts), indent=1)
+                                       + "\n", encoding="utf-8")
     pngs = write_plots(summaries, out, entries[0].slo.ttfa_target_s) if entries else []
     print(f"wrote {out / 'protocol.md'}, {out / 'protocol.json'} and {len(pngs)} plots", file=sys.stderr)
     return 0

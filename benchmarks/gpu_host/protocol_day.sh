@@ -4,8 +4,9 @@
 #   1. our defaults on STARTS (2) fresh server starts, one after the other: each the whole sweep from START_RATE to
 #      two rates past its first miss, then the overload stage at 1.5 and 2 times that start's capacity at 99 %;
 #   2. vLLM's stock scheduler on a fresh start of its own, its whole sweep from STOCK_START_RATE;
-#   3. every record slimmed beside its start and the report of all of them against stock (`benchmarks.protocol_report`,
-#      plots where matplotlib is installed; otherwise rerun the printed command elsewhere for them).
+#   3. every record slimmed beside its start and the report of all of them against stock, with what every start of
+#      ours held (`benchmarks.protocol_report --starts`; plots where matplotlib is installed, otherwise rerun the
+#      printed command elsewhere for them).
 #   OUT              where each start's folder (start1, start2, ..., stock) and the report go (required)
 #   START_RATE       our sweeps' first rate, about half the expected capacity (required)
 #   STOCK_START_RATE stock's first rate (default: 2/5 of START_RATE to the nearest rate step, at least one step: stock
@@ -56,6 +57,6 @@ for folder in $(seq -f "start%g" 1 "$starts") stock; do  # each start's label is
   done
 done
 report=("$python" -m benchmarks.protocol_report "${inputs[@]}" --labels "${labels[@]}" --baseline vllm-stock
-        --out "$out/report")
+        --starts "${labels[@]:0:starts}" --out "$out/report")
 echo "${report[*]}"
 "${report[@]}"

@@ -64,6 +64,8 @@ def test_two_starts_and_stock_in_one_command_then_one_report(tmp_path):
     assert [r["rate"] for r in entries[0]["rates"]] == [56, 64, 96]  # the overload's rate joined to start1's sweep
     assert [r["rate"] for r in entries[1]["rates"]] == [56]
     assert entries[0]["capacity"]["0.99"]["rate"] == 64 and entries[2]["capacity"]["0.99"]["rate"] == 32
+    held = json.loads((out / "report" / "protocol.json").read_text())["held_on_every_start"]
+    assert held["labels"] == ["start1", "start2"] and held["capacity"]["0.99"]["below"] == 56  # start2 missed at once
 
 
 def test_a_start_whose_server_does_not_come_up_stops_the_day_with_the_server_stopped(tmp_path):

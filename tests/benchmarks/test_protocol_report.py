@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.cli import main as cli_main
 from benchmarks.metrics import SloSpec
-from benchmarks.protocol import REFUSAL_SOURCES, summarize_protocol
+from benchmarks.protocol import REFUSAL_SOURCES, Capacity, held_on_every_start, summarize_protocol
 from benchmarks.protocol_report import main
 from benchmarks.record import main as record_main, slim_record
 from tests.benchmarks.fake_speech_server import FakeBehavior, FakeSpeechServer
@@ -303,3 +303,32 @@ def test_late_first_audios_awaited_across_a_pause_of_the_client_are_told_apart(t
     text = (out / "protocol.md").read_text()
     assert "while the client paused" in text and f"| {across.count} | " in text
     assert text.split("| 40 | ")[-1].rstrip().endswith(f"| {across.while_client_paused} |")
+
+
+@pytest.mark.parametrize("capacities, held", [
+    ([Capacity(112, False), Capacity(88, False)], Capacity(88, False)),
+    ([Capacity(112, False), Capacity(88, True)], Capacity(88, True)),  # the second ran out of rates at 88
+    ([Capacity(88, False), Capacity(96, True)], Capacity(88, False)),
+    ([Capacity(88, True), Capacity(88, False)], Capacity(88, False)),  # one start missed just above 88
+    ([Capacity(112, False), Capacity(0, False, below=56)], Capacity(0, False, below=56)),
+])
+def test_what_every_start_held_is_the_lowest_and_exact_where_one_missed_just_above_it(capacities, held):
+    assert held_on_every_start(capacities) == held
+
+
+def test_the_report_says_what_every_named_start_held_beside_the_baseline(tmp_path):
+    fast = synthetic_record(RATES, window_s=6.0, fate=collapsing_server)
+    slow = synthetic_record(RATES[:4], window_s=6.0, fate=lambda rate, seed, position: LATE if rate > 32 else ON_TIME)
+    stock = synthetic_record(RATES[:3], window_s=6.0, fate=lambda rate, seed, position: LATE if rate > 24 else ON_TIME,
+                             server="stock")
+    dirs = [write(tmp_path, "start1", fast), write(tmp_path, "start2", slow), write(tmp_path, "stock", stock)]
+    out = tmp_path / "report"
+    assert main([*dirs, "--labels", "s1", "s2", "stock", "--baseline", "stock", "--starts", "s1", "s2",
+                 "--out", str(out)]) == 0
+    assert "Held on every start of s1, s2: 32 req/s at 90 %, 32 req/s at 99 % (1.3× stock at 99 %)." in \
+        (out / "protocol.md").read_text()
+    held = json.loads((out / "protocol.json").read_text())["held_on_every_start"]
+    assert held == {"labels": ["s1", "s2"], "capacity": {"0.90": {"rate": 32, "lower_bound": False, "below": None},
+                                                         "0.99": {"rate": 32, "lower_bound": False, "below": None}}}
+    with pytest.raises(SystemExit, match="name no entry"):
+        main([*dirs, "--labels", "s1", "s2", "stock", "--starts", "s1", "s3", "--out", str(out)])
