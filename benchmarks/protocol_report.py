@@ -146,16 +146,25 @@ def _ratio(ours: Capacity, baseline: ProtocolSummary) -> str:
     return f"{ours.rate / theirs:.1f}×"
 
 
-def starts_held(summaries: list[ProtocolSummary], starts: list[str]) -> dict[str, Capacity]:
-    """What every entry named in `starts` (starts of one served code) held, per threshold."""
-    chosen = [s for s in summaries if s.label in starts]
-    return {threshold: held_on_every_start([s.capacity[threshold] for s in chosen]) for threshold in ("0.90", "0.99")}
+@dataclass(frozen=True, slots=True)
+class HeldOnStarts:
+    """What every entry named in `labels` (starts of one served code) held, per threshold."""
+    labels: list[str]
+    capacity: dict[str, Capacity]
 
+    @classmethod
+    def of(cls, summaries: list[ProtocolSummary], labels: list[str]) -> HeldOnStarts:
+        chosen = [s for s in summaries if s.label in labels]
+        return cls(labels, {t: held_on_every_start([s.capacity[t] for s in chosen]) for t in ("0.90", "0.99")})
 
-def starts_line(held: dict[str, Capacity], starts: list[str], baseline: ProtocolSummary | None) -> list[str]:
-    ratio = f" ({_ratio(held['0.99'], baseline)} {baseline.label} at 99 %)" if baseline is not None else ""
-    return ["", f"Held on every start of {', '.join(starts)}: {held['0.90'].text()} req/s at 90 %, "
-            f"{held['0.99'].text()} req/s at 99 %{ratio}."]
+    def line(self, baseline: ProtocolSummary | None) -> list[str]:
+        at_90, at_99 = self.capacity["0.90"], self.capacity["0.99"]
+        ratio = f" ({_ratio(at_99, baseline)} {baseline.label} at 99 %)" if baseline is not None else ""
+        return ["", f"Held on every start of {', '.join(self.labels)}: {at_90.text()} req/s at 90 %, "
+                f"{at_99.text()} req/s at 99 %{ratio}."]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"labels": self.labels, "capacity": {t: dataclasses.asdict(c) for t, c in self.capacity.items()}}
 
 
 def capacity_table(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None) -> list[str]:
@@ -249,8 +258,8 @@ def concurrency_table(closed: list[Entry]) -> list[str]:
 
 
 def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None,
-             closed: list[Entry], starts: list[str] | None = None) -> str:
-    parts = [rates_markdown(summaries, entries, baseline, starts)] if entries else []
+             closed: list[Entry], held: HeldOnStarts | None = None) -> str:
+    parts = [rates_markdown(summaries, entries, baseline, held)] if entries else []
     if closed:
         parts.append(["TTFA with a fixed number of requests in flight (closed loop: each request's end sends the "
                       "next; RTF: time from sending to the stream's end over the audio's length; met the SLO: TTFA "
@@ -260,25 +269,22 @@ def markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: s
 
 
 def rates_markdown(summaries: list[ProtocolSummary], entries: list[Entry], baseline: str | None,
-                   starts: list[str] | None = None) -> list[str]:
+                   held: HeldOnStarts | None = None) -> list[str]:
     slo = entries[0].slo
     lines = [f"SLO: TTFA ≤ {slo.ttfa_target_s * 1000:g} ms and no stall (≥ {slo.stall_threshold_s * 1000:g} ms of "
              f"playback pause); refused and failed requests are misses. Capacity: the highest rate whose attainment, "
              f"and every lower probed rate's, meets the threshold (≥: the highest probed rate still met it).", ""]
     lines += capacity_table(summaries, entries, baseline)
-    if starts:
-        reference = next((s for s in summaries if s.label == baseline), None)
-        lines += starts_line(starts_held(summaries, starts), starts, reference)
+    if held is not None:
+        lines += held.line(next((s for s in summaries if s.label == baseline), None))
     for summary, entry in zip(summaries, entries):
         lines += [""] + rate_table(summary, entry)
     return lines
 
 
 def report_json(summaries: list[ProtocolSummary], entries: list[Entry], closed: list[Entry],
-                starts: list[str] | None = None) -> dict[str, Any]:
-    held = None if not starts else {
-        "labels": starts, "capacity": {t: dataclasses.asdict(c) for t, c in starts_held(summaries, starts).items()}}
-    return {"held_on_every_start": held,
+                held: HeldOnStarts | None = None) -> dict[str, Any]:
+    return {"held_on_every_start": held.to_json() if held is not None else None,
             "concurrency": [{"label": entry.label, "source": entry.source, "server": entry.record.get("server"),
                              "commit": entry.record.get("commit"), "command": entry.record.get("command"),
                              "levels": entry.record.get("levels", [])} for entry in closed],
@@ -332,10 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     summaries = [_summarize(entry) for entry in entries]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "protocol.md").write_text(markdown(summaries, entries, args.baseline, closed, args.starts),
-                                     encoding="utf-8")
-    (out / "protocol.json").write_text(json.dumps(report_json(summaries, entries, closed, args.starts), indent=1)
-                                       + "\n", encoding="utf-8")
+    held = HeldOnStarts.of(summaries, args.starts) if args.starts else None
+    (out / "protocol.md").write_text(markdown(summaries, entries, args.baseline, closed, held), encoding="utf-8")
+    (out / "protocol.json").write_text(json.dumps(report_json(summaries, entries, closed, held), indent=1) + "\n",
+                                       encoding="utf-8")
     pngs = write_plots(summaries, out, entries[0].slo.ttfa_target_s) if entries else []
     print(f"wrote {out / 'protocol.md'}, {out / 'protocol.json'} and {len(pngs)} plots", file=sys.stderr)
     return 0

@@ -164,12 +164,10 @@ for stage in ${STAGES:-serve sweep wait}; do
   wait)
     for name in sweep_$label overload_$label profile_$label; do [ -e "$work/$name.pid" ] && wait_sweep "$name"; done ;;
   stop)  # until the server's processes are gone: the next `serve` would reuse one still answering
+    server_up() { pgrep -f "vllm.entrypoints.cli.main serve" > /dev/null || curl -sf "$url/health" > /dev/null; }
     pkill -f "vllm.entrypoints.cli.main serve" || true
-    for _ in $(seq "${STOP_S:-120}"); do
-      pgrep -f "vllm.entrypoints.cli.main serve" > /dev/null || curl -sf "$url/health" > /dev/null || break
-      sleep 1
-    done
-    if pgrep -f "vllm.entrypoints.cli.main serve" > /dev/null || curl -sf "$url/health" > /dev/null; then
+    for _ in $(seq "${STOP_S:-120}"); do server_up || break; sleep 1; done
+    if server_up; then
       pkill -9 -f "vllm.entrypoints.cli.main serve"; sleep 5
       curl -sf "$url/health" > /dev/null && { echo "protocol.sh: a server still answers on $url" >&2; exit 1; }
     fi ;;

@@ -35,15 +35,12 @@ def test_two_starts_and_stock_in_one_command_then_one_report(tmp_path):
     records = tmp_path / "records"
     records.mkdir()
     on_time = lambda rate, seed, position: ON_TIME  # noqa: E731
-    xz_record(records / "sweep_start1.json", synthetic_record([56.0, 64.0], window_s=4.0, fate=on_time))
-    xz_record(records / "sweep_start2.json", synthetic_record([56.0], window_s=4.0,
-                                                              fate=lambda rate, seed, position: LATE))
-    xz_record(records / "overload.json", synthetic_record([96.0], seeds=(0,), window_s=4.0,
-                                                        fate=lambda rate, seed, position: LATE))
-    xz_record(records / "sweep_stock.json", synthetic_record([24.0, 32.0], window_s=4.0, fate=on_time,
-                                                           server="stock"))
-    for name in ("sweep_start1", "sweep_start2", "overload", "sweep_stock"):
-        (records / f"{name}.json").rename(records / f"{name}.json.xz")
+    late = lambda rate, seed, position: LATE  # noqa: E731
+    xz_record(records / "sweep_start1.json.xz", synthetic_record([56.0, 64.0], window_s=4.0, fate=on_time))
+    xz_record(records / "sweep_start2.json.xz", synthetic_record([56.0], window_s=4.0, fate=late))
+    xz_record(records / "overload.json.xz", synthetic_record([96.0], seeds=(0,), window_s=4.0, fate=late))
+    xz_record(records / "sweep_stock.json.xz",
+              synthetic_record([24.0, 32.0], window_s=4.0, fate=on_time, server="stock"))
     fake = tmp_path / "protocol.sh"
     fake.write_text(FAKE_PROTOCOL)
     out, calls = tmp_path / "day", tmp_path / "calls.txt"
@@ -59,12 +56,13 @@ def test_two_starts_and_stock_in_one_command_then_one_report(tmp_path):
     assert "start2: no overload stage" in done.stdout
     assert sorted(p.name for p in (out / "start1").iterdir()) == [
         "overload", "record_overload_start1.json.xz", "record_sweep_start1.json.xz", "sweep"]
-    entries = json.loads((out / "report" / "protocol.json").read_text())["entries"]
+    report = json.loads((out / "report" / "protocol.json").read_text())
+    entries = report["entries"]
     assert [e["label"] for e in entries] == ["start1", "start2", "vllm-stock"]
     assert [r["rate"] for r in entries[0]["rates"]] == [56, 64, 96]  # the overload's rate joined to start1's sweep
     assert [r["rate"] for r in entries[1]["rates"]] == [56]
     assert entries[0]["capacity"]["0.99"]["rate"] == 64 and entries[2]["capacity"]["0.99"]["rate"] == 32
-    held = json.loads((out / "report" / "protocol.json").read_text())["held_on_every_start"]
+    held = report["held_on_every_start"]
     assert held["labels"] == ["start1", "start2"] and held["capacity"]["0.99"]["below"] == 56  # start2 missed at once
 
 
