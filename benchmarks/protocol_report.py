@@ -45,6 +45,7 @@ class Entry:
     runs: list[dict[str, Any]]
     slo: SloSpec
     host_python_per_s: float | None = None  # the host's speed on one thread (`host_speed_of`), where kept
+    host_after_python_per_s: float | None = None  # the same once its sweep had ended (`host_after_sweep.json`)
 
 
 def slo_of(record: dict[str, Any]) -> SloSpec:
@@ -57,22 +58,22 @@ def slo_of(record: dict[str, Any]) -> SloSpec:
 
 
 def entries_of(record: dict[str, Any], source: str, label: str | None = None) -> list[Entry]:
-    slo, host = slo_of(record), host_speed_of(source)
+    slo, hosts = slo_of(record), (host_speed_of(source), host_speed_of(source, "host_after_sweep.json"))
     if "modes" in record:
-        return [Entry(f"{label} {mode}" if label else mode, source, record, mode, body.get("runs", []), slo, host)
+        return [Entry(f"{label} {mode}" if label else mode, source, record, mode, body.get("runs", []), slo, *hosts)
                 for mode, body in record["modes"].items()]
     return [Entry(label or record.get("server", Path(source).name), source, record, None, record.get("runs", []),
-                  slo, host)]
+                  slo, *hosts)]
 
 
-def host_speed_of(source: str) -> float | None:
+def host_speed_of(source: str, name: str = "host.json") -> float | None:
     """The idle host's single-thread speed (`benchmarks.host_speed`'s python passes a second) that a server start's
-    folder keeps beside its record (`START/host.json` with the record in START or START/sweep): capacity follows it
-    near the limit, so two starts are read beside it."""
+    folder keeps beside its record (`START/host.json` with the record in START or START/sweep; `host_after_sweep.json`
+    measured again once the sweep had ended): capacity follows it near the limit, so two starts are read beside it."""
     for part in source.split("+"):
         path = Path(part)
         folder = path if path.is_dir() else path.parent
-        for candidate in (folder / "host.json", folder.parent / "host.json"):
+        for candidate in (folder / name, folder.parent / name):
             if candidate.is_file():
                 return json.loads(candidate.read_text()).get("python_per_s")
     return None
@@ -179,8 +180,9 @@ def capacity_table(summaries: list[ProtocolSummary], entries: list[Entry], basel
         cells = [summary.label, summary.capacity["0.90"].text(), summary.capacity["0.99"].text(),
                  _ms(at_top.pooled.ttfa_p99_s) if at_top else "n/a", _goodput_cell(summary),
                  _stability_cell(summary)] + _ratio_cell(summary, reference)
-        host = entry.host_python_per_s
-        cells.append("n/a" if host is None else f"{host:,.0f}")
+        host, after = entry.host_python_per_s, entry.host_after_python_per_s
+        cells.append(("n/a" if host is None else f"{host:,.0f}")
+                     + ("" if after is None else f" ({after:,.0f} after its sweep)"))
         commit = str(entry.record.get("commit") or "?")[:7]
         lines.append("| " + " | ".join(cells + [commit]) + " |")
     return lines
@@ -292,6 +294,7 @@ def report_json(summaries: list[ProtocolSummary], entries: list[Entry], closed: 
                          "server": entry.record.get("server"), "commit": entry.record.get("commit"),
                          "created_at": entry.record.get("created_at"), "command": entry.record.get("command"),
                          "host_python_per_s": entry.host_python_per_s,
+                         "host_after_sweep_python_per_s": entry.host_after_python_per_s,
                          "slo": {"ttfa_target_s": entry.slo.ttfa_target_s,
                                  "stall_threshold_s": entry.slo.stall_threshold_s}}
                         for summary, entry in zip(summaries, entries)]}

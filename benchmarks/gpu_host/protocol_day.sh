@@ -4,7 +4,8 @@
 #   1. our defaults on STARTS (2) fresh server starts, one after the other: each the whole sweep from START_RATE to
 #      two rates past its first miss, then the overload stage at 1.5 and 2 times that start's capacity at 99 %;
 #   2. vLLM's stock scheduler on a fresh start of its own, its whole sweep from STOCK_START_RATE;
-#   3. every record slimmed beside its start and the report of all of them against stock, with what every start of
+#   3. every record slimmed beside its start (with the host's speed at the start and after the sweep, host.json and
+#      host_after_sweep.json) and the report of all of them against stock, with what every start of
 #      ours held (`benchmarks.protocol_report --starts`; plots where matplotlib is installed, otherwise rerun the
 #      printed command elsewhere for them).
 #   OUT              where each start's folder (start1, start2, ..., stock) and the report go (required)
@@ -33,6 +34,12 @@ one_start() {  # folder, label, mode, first rate, stages
     bash "$protocol"
 }
 
+place_hosts() {  # folder, label: the host's speeds (at the start, after the sweep) where the report reads them
+  [ -e "$out/$1/host_$2.json" ] && mv "$out/$1/host_$2.json" "$out/$1/host.json"
+  [ -e "$out/$1/host_after_sweep_$2.json" ] && mv "$out/$1/host_after_sweep_$2.json" "$out/$1/host_after_sweep.json"
+  return 0
+}
+
 stop() {  # the running server, whatever the stages before it did: the next start must not find it
   OUT=$out STAGES=stop bash "$protocol" || { echo "protocol_day.sh: the server did not stop" >&2; exit 1; }
 }
@@ -42,12 +49,12 @@ for i in $(seq 1 "$starts"); do
   one_start "start$i" "start$i" voxserve "$start_rate" "serve sweep wait" || { stop; exit 1; }
   # no rate held 99 %: no overload rates, and the report says so
   one_start "start$i" "start$i" voxserve "$start_rate" "overload wait" || echo "start$i: no overload stage"
-  stop
+  stop; place_hosts "start$i" "start$i"
   input=$out/start$i/sweep; [ -e "$out/start$i/record_overload_start$i.json.xz" ] && input+="+$out/start$i/overload"
   inputs+=("$input"); labels+=("start$i")
 done
 one_start stock stock vllm-stock "$stock_rate" "serve sweep wait" || { stop; exit 1; }
-stop
+stop; place_hosts stock stock
 inputs+=("$out/stock/sweep"); labels+=(vllm-stock)
 
 for folder in $(seq -f "start%g" 1 "$starts") stock; do  # each start's label is its folder's name

@@ -1,6 +1,6 @@
 """The measurement protocol (benchmarks/gpu_host/protocol.sh): its mode switch against the fake speech server (a
-refused switch stops the script before any sweep runs under the wrong mode's label), its wait's deadline and the
-overload stage's rates."""
+refused switch stops the script before any sweep runs under the wrong mode's label), its wait's deadline and the host
+measured again after a sweep, and the overload stage's rates."""
 
 import json
 import os
@@ -60,6 +60,20 @@ def test_a_wait_counts_call_s_from_the_commands_start_where_one_is_given(tmp_pat
         assert "sweep_x: still running" in done.stdout
     finally:
         sweep.kill()
+
+
+def test_a_wait_that_finds_its_sweep_ended_measures_the_idle_host_again(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    ended = subprocess.run(["bash", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()
+    (work / "sweep_x.pid").write_text(ended)  # a sweep whose process is gone
+    (work / "sweep_x.txt").write_text("64 req/s: attainment 100.0%\n")
+    env = {**os.environ, "OUT": str(out), "WORK": str(work), "LABEL": "x", "STAGES": "wait", "PORT": "9"}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_host" / "protocol.sh")], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert "sweep_x: ended" in done.stdout
+    assert json.loads((out / "host_after_sweep_x.json").read_text())["python_per_s"] > 0
 
 
 def overload(tmp_path: Path, record: dict | None, extra: dict | None = None) -> subprocess.CompletedProcess:

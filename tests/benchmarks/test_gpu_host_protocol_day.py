@@ -1,6 +1,7 @@
 """The whole protocol of one day (benchmarks/gpu_host/protocol_day.sh) against a stand-in for the one-start script:
 the starts in their order with their modes, first rates and stages, the server stopped after each, the overload
-stage skipped where no rate held 99 %, and the report of every start against stock."""
+stage skipped where no rate held 99 %, each start's host speeds where the report reads them, and the report of every
+start against stock."""
 
 import json
 import lzma
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE_PROTOCOL = r"""
 [ "$STAGES" = stop ] && { echo stop >> "$CALLS"; exit 0; }
 echo "$LABEL $MODE $START_RATE $STAGES" >> "$CALLS"
+case " $STAGES " in *" serve "*) echo '{"python_per_s": 50000.0}' > "$OUT/host_$LABEL.json" ;; esac
+case " $STAGES " in *" sweep wait "*) echo '{"python_per_s": 25000.0}' > "$OUT/host_after_sweep_$LABEL.json" ;; esac
 case " $STAGES " in
   *" overload "*) [ "$LABEL" = start2 ] && exit 1
                   cp "$RECORDS/overload.json.xz" "$OUT/record_overload_$LABEL.json.xz" ;;
@@ -55,10 +58,12 @@ def test_two_starts_and_stock_in_one_command_then_one_report(tmp_path):
         "stock vllm-stock 24 serve sweep wait", "stop"]  # stock from 2/5 of our first rate, on the grid
     assert "start2: no overload stage" in done.stdout
     assert sorted(p.name for p in (out / "start1").iterdir()) == [
-        "overload", "record_overload_start1.json.xz", "record_sweep_start1.json.xz", "sweep"]
+        "host.json", "host_after_sweep.json", "overload", "record_overload_start1.json.xz",
+        "record_sweep_start1.json.xz", "sweep"]
     report = json.loads((out / "report" / "protocol.json").read_text())
     entries = report["entries"]
     assert [e["label"] for e in entries] == ["start1", "start2", "vllm-stock"]
+    assert {(e["host_python_per_s"], e["host_after_sweep_python_per_s"]) for e in entries} == {(50000.0, 25000.0)}
     assert [r["rate"] for r in entries[0]["rates"]] == [56, 64, 96]  # the overload's rate joined to start1's sweep
     assert [r["rate"] for r in entries[1]["rates"]] == [56]
     assert entries[0]["capacity"]["0.99"]["rate"] == 64 and entries[2]["capacity"]["0.99"]["rate"] == 32

@@ -64,16 +64,20 @@ def test_report_of_two_starts_and_a_baseline_full_and_slimmed(tmp_path, capsys):
     dirs = [write(tmp_path, "start1", fast), write(tmp_path, "start2", slim_record(json.loads(json.dumps(fast)))),
             write(tmp_path, "stock", stock)]
     (tmp_path / "start1" / "host.json").write_text(json.dumps({"python_per_s": 56428.07}))  # `benchmarks.host_speed`
+    (tmp_path / "stock" / "host.json").write_text(json.dumps({"python_per_s": 45196.2}))
+    (tmp_path / "stock" / "host_after_sweep.json").write_text(json.dumps({"python_per_s": 24969.7}))  # protocol.sh
     out = tmp_path / "report"
     assert main([*dirs, "--labels", "ours 1", "ours 2", "stock", "--baseline", "stock", "--out", str(out)]) == 0
     table = (out / "protocol.md").read_text()
     assert "| ours 1 | 48 | 40 | " in table and "| stock | 0 | 0 |" not in table and "| stock | 24 | 24 |" in table
     hosts = {line.split(" | ")[0][2:]: line.split(" | ")[-2] for line in table.splitlines() if line.startswith("| ")}
     assert hosts["ours 1"] == "56,428" and hosts["ours 2"] == "n/a"  # read beside the start whose folder keeps it
+    assert hosts["stock"] == "45,196 (24,970 after its sweep)"
     assert "1.7×" in table and "off by > 1 point at 48" in table and "#### ours 2" in table
     full, slim, base = json.loads((out / "protocol.json").read_text())["entries"]
     assert [e["label"] for e in (full, slim, base)] == ["ours 1", "ours 2", "stock"]
     assert (full["host_python_per_s"], slim["host_python_per_s"]) == (56428.07, None)
+    assert (full["host_after_sweep_python_per_s"], base["host_after_sweep_python_per_s"]) == (None, 24969.7)
     assert full["capacity"] == slim["capacity"] == {"0.90": {"rate": 48, "lower_bound": False, "below": None},
                                                     "0.99": {"rate": 40, "lower_bound": False, "below": None}}
     for a, b in zip(full["rates"], slim["rates"]):  # a slimmed record gives the same figures, TTFA to 0.1 ms
