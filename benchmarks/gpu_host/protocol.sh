@@ -26,8 +26,8 @@
 #     wait     wait for the background sweep until CALL_S (560) seconds after CALL_STARTED (`date +%s` at the start
 #              of the limited command, where several runs of this script share one; default: this script's start),
 #              then copy its record, its log and the step log (a sweep three rates in still had its record cut 15 s
-#              after CALL_S: keep CALL_S 40 s or more under the command's time limit); once a sweep has ended, the
-#              idle host's speed again (host_after_NAME.json)
+#              after CALL_S: keep CALL_S 40 s or more under the command's time limit); once the sweep has ended, the
+#              idle host's speed again (host_after_sweep_LABEL.json)
 #     profile  py-spy the engine core's and the API server's Python stacks for PROFILE_S (10) seconds in the middle of
 #              a load at RATE req/s (one seed, WINDOW_S): where the host time of a step goes (py-spy among the
 #              carried wheels, see README)
@@ -40,7 +40,7 @@
 #              device memory for the inline codec beside the lanes: an H100 at the defaults has none (the switch is
 #              refused and the script stops); there, start the server in the mode instead (MODE=vllm-stock serve)
 #     stop     stop the server and wait until it is gone (STOP_S, 120 s, then killed)
-# Results under $OUT: host_LABEL.json, host_after_NAME.json, compile_cache.bin.xz, record_NAME.json.xz (every
+# Results under $OUT: host_LABEL.json, host_after_sweep_LABEL.json, compile_cache.bin.xz, record_NAME.json.xz (every
 # request and chunk), NAME.txt, step_log_LABEL.txt, serve_LABEL.log.xz (the server's log without its access lines:
 # the step log's every gauge), stacks_LABEL.tar.xz (profile).
 set -uo pipefail
@@ -84,10 +84,12 @@ wait_sweep() {  # name: until it ends or WAIT_S passes; then what it has so far
   while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
   if kill -0 "$pid" 2>/dev/null; then echo "$1: still running"; else
     echo "$1: ended"
-    # the idle host's speed again once its load has ended: one machine measured 48,076 and then 24,970 passes/s
-    # twelve minutes apart (2026-12-07_12270f1_short_utterances), so a start's figure says which it had throughout
-    [ -e "$work/host_after_$1.json" ] || python3 -m benchmarks.host_speed --json "$work/host_after_$1.json"
-    cp "$work/host_after_$1.json" "$out/" 2> /dev/null
+    # the idle host's speed again once the sweep has ended: one machine measured 48,076 and then 24,970 passes/s
+    # twelve minutes apart (2026-12-07_12270f1_short_utterances), so a start's two figures show whether it changed
+    case $1 in sweep_*)
+      [ -e "$work/host_after_$1.json" ] || python3 -m benchmarks.host_speed --json "$work/host_after_$1.json"
+      cp "$work/host_after_$1.json" "$out/" 2> /dev/null ;;
+    esac
   fi
   grep "req/s: attainment\|stopped\|all rates" "$work/$1.txt"
   cp "$work/$1.txt" "$out/"

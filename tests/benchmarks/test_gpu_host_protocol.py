@@ -67,13 +67,15 @@ def test_a_wait_that_finds_its_sweep_ended_measures_the_idle_host_again(tmp_path
     work.mkdir()
     out.mkdir()
     ended = subprocess.run(["bash", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()
-    (work / "sweep_x.pid").write_text(ended)  # a sweep whose process is gone
-    (work / "sweep_x.txt").write_text("64 req/s: attainment 100.0%\n")
+    for name in ("sweep_x", "overload_x"):  # each a sweep whose process is gone
+        (work / f"{name}.pid").write_text(ended)
+        (work / f"{name}.txt").write_text("64 req/s: attainment 100.0%\n")
     env = {**os.environ, "OUT": str(out), "WORK": str(work), "LABEL": "x", "STAGES": "wait", "PORT": "9"}
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_host" / "protocol.sh")], cwd=ROOT,
                           capture_output=True, text=True, env=env, timeout=120)
     assert "sweep_x: ended" in done.stdout
     assert json.loads((out / "host_after_sweep_x.json").read_text())["python_per_s"] > 0
+    assert "overload_x: ended" in done.stdout and not (out / "host_after_overload_x.json").exists()  # once a start
 
 
 def overload(tmp_path: Path, record: dict | None, extra: dict | None = None) -> subprocess.CompletedProcess:
