@@ -50,7 +50,7 @@ mkdir -p "$work"; started=${CALL_STARTED:-$(date +%s)}
 
 start_sweep() {  # name, arguments: the sweep under setsid, so that it survives the command that started it (unbuffered:
   # `wait` shows the rates finished so far)
-  rm -rf "$work/$1"
+  rm -rf "$work/$1" "$work/host_after_$1.json"  # a later start of the same label measures its own host
   setsid python3 -u -m benchmarks sweep --base-url "$url" --model qwen3-tts --fixed-length --no-progress \
     --stop-fraction 0 --out "$work/$1" "${@:2}" > "$work/$1.txt" 2>&1 &
   echo $! > "$work/$1.pid"

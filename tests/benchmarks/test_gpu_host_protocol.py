@@ -78,6 +78,25 @@ def test_a_wait_that_finds_its_sweep_ended_measures_the_idle_host_again(tmp_path
     assert "overload_x: ended" in done.stdout and not (out / "host_after_overload_x.json").exists()  # once a start
 
 
+def test_a_new_sweep_forgets_the_host_measured_after_the_last_one_of_its_label(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    stale = work / "host_after_sweep_x.json"
+    stale.write_text(json.dumps({"python_per_s": 48076.0}))  # a former start's, on this host
+    env = {**os.environ, "OUT": str(out), "WORK": str(work), "LABEL": "x", "STAGES": "sweep", "PORT": "9",
+           "START_RATE": "8"}
+    try:
+        done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_host" / "protocol.sh")], cwd=ROOT,
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert (work / "sweep_x.pid").exists() and not stale.exists()
+    finally:  # the sweep it started in the background (against no server)
+        pid = work / "sweep_x.pid"
+        if pid.exists():
+            subprocess.run(["kill", pid.read_text().strip()], capture_output=True)
+
+
 def overload(tmp_path: Path, record: dict | None, extra: dict | None = None) -> subprocess.CompletedProcess:
     work = tmp_path / "work"
     (work / "sweep_x").mkdir(parents=True, exist_ok=True)
