@@ -29,8 +29,8 @@
 #              after CALL_S: keep CALL_S 40 s or more under the command's time limit); once the sweep has ended, the
 #              idle host's speed again (host_after_sweep_LABEL.json)
 #     profile  py-spy the engine core's and the API server's Python stacks for PROFILE_S (10) seconds in the middle of
-#              a load at RATE req/s (one seed, WINDOW_S): where the host time of a step goes (py-spy among the
-#              carried wheels, see README)
+#              a load at RATE req/s (one seed, WINDOW_S, SWEEP_ARGS): where the host time of a step goes (py-spy
+#              among the carried wheels, see README)
 #     concurrency  closed loop at LEVELS (1,4,8,16,32) requests in flight, PER_LEVEL (32) requests each (one seed), in
 #              the foreground: TTFA at fixed concurrency, the table other servers publish
 #     text     the whole-text workload and the same texts sent word by word over the WebSocket (TEXT_WORDS_PER_S,
@@ -103,7 +103,7 @@ profile() {  # the stacks of both server processes in the middle of a load at RA
   local log=$work/serve_$server/serve.log spy stacks=$work/stacks_$label
   spy=$(command -v py-spy || echo /opt/vox-wheels/bin/py-spy)
   mkdir -p "$stacks"
-  start_sweep "profile_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATE:?}" --warmup 16
+  start_sweep "profile_$label" --seeds 0 --window-s "${WINDOW_S:-30}" --rates "${RATE:?}" --warmup 16 ${SWEEP_ARGS:-}
   sleep $(( ${WINDOW_S:-30} / 2 ))
   for who in EngineCore APIServer; do
     pid=$(grep -o "$who pid=[0-9]*" "$log" | head -1 | cut -d= -f2)
